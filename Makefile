@@ -1,0 +1,34 @@
+# Two commands set everything up on a fresh machine: `make demo` and `make test`.
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+PYTHON ?= python3
+# the embedded Dagster instance (sqlite under .marin/) reads dagster.yaml from here
+export DAGSTER_HOME := $(CURDIR)
+export WANDB_MODE ?= offline
+
+.PHONY: install demo test ui lint clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml requirements.lock
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -c requirements.lock -e '.[dev]'
+	touch $(STAMP)
+
+demo: install
+	$(VENV)/bin/marin-pipelines demo
+
+test: install
+	$(VENV)/bin/pytest
+
+ui: install
+	$(VENV)/bin/dagster dev -h 127.0.0.1 -p 3000 -w workspace.yaml
+
+lint: install
+	$(VENV)/bin/ruff check marin_pipelines tests bench
+	$(VENV)/bin/ruff format --check marin_pipelines tests bench
+
+clean:
+	rm -rf .marin

@@ -1,0 +1,65 @@
+"""`marin-pipelines`: the command line, a thin caller of the same assets and core library."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+from marin_pipelines.experiment import Experiment, ExperimentError, default_store_root
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="marin-pipelines", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    demo = commands.add_parser("demo", help="materialise the whole demo graph in this process, then summarise")
+    demo.add_argument("--warc-root", help="folder of WARC/ARC files (default: build the embedded demo crawl)")
+    demo.add_argument("--store-root", default=None, help="where outputs go (default: .marin/store)")
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "demo":
+            return run_demo(args.warc_root, args.store_root)
+    except (ExperimentError, FileNotFoundError, ValueError) as e:
+        print(f"marin-pipelines: error: {e}", file=sys.stderr)
+        return 2
+    return 1
+
+
+def run_demo(warc_root: str | None, store_root: str | None) -> int:
+    from dagster import DagsterInstance
+
+    from marin_pipelines.experiments.demo import demo
+    from marin_pipelines.jobs.local import Materialized, materialize_experiment
+    from marin_pipelines.summary import experiment_summary
+
+    experiment = demo(warc_root)
+    instance = DagsterInstance.get() if os.environ.get("DAGSTER_HOME") else DagsterInstance.ephemeral()
+    started = time.time()
+
+    def report(m: Materialized) -> None:
+        where = f" [{m.partition}]" if m.partition else ""
+        print(f"{'reused  ' if m.reused else 'computed'} {m.asset}{where}", flush=True)
+
+    try:
+        done = materialize_experiment(experiment, store_root, instance, on_asset=report)
+    except Exception as e:  # a failed step: say what failed and why, not Dagster's wrapper around it
+        cause = _root_cause(e)
+        print(f"marin-pipelines: demo failed: {type(cause).__name__}: {cause}", file=sys.stderr)
+        return 1
+    reused = sum(m.reused for m in done)
+    root = store_root or default_store_root()
+    print(experiment_summary(experiment, root, len(done) - reused, reused, time.time() - started))
+    return 0
+
+
+def _root_cause(error: BaseException) -> BaseException:
+    user = getattr(error, "user_exception", None)
+    while user is None and error.__cause__ is not None:
+        error = error.__cause__
+        user = getattr(error, "user_exception", None)
+    return user or error
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,155 @@
+"""An experiment declared in code: every stage's config, and the version of every stage's output.
+
+A stage's version hashes its own config, its code revision and its upstream versions (the Marin
+executor's rule), so the same inputs and config always map to the same output path and nothing is
+recomputed, while a change to one stage's config recomputes that stage and everything downstream.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from marin_pipelines.crawl.demo_crawl import DemoCrawlConfig
+from marin_pipelines.crawl.web_documents import WebDocumentsConfig, find_warc_files
+from marin_pipelines.quality.curated_text import CurationConfig
+from marin_pipelines.quality.quality_scores import QualityConfig
+from marin_pipelines.scaling.scaling_law import LadderConfig
+from marin_pipelines.store import version_hash
+from marin_pipelines.text.deduplicated_text import DedupConfig
+from marin_pipelines.text.extracted_text import ExtractConfig
+from marin_pipelines.text.filtered_text import FilterConfig
+from marin_pipelines.tokenize.tokenized_cache import CacheConfig
+from marin_pipelines.tokenize.tokenizer import TokenizerConfig
+from marin_pipelines.train.checkpoint import TrainConfig
+from marin_pipelines.train.model import MODEL_SIZES
+
+
+class ExperimentError(ValueError):
+    """An experiment that cannot run: the message names the field and what is allowed."""
+
+
+class CrawlConfig(BaseModel):
+    """Where the WARC files come from: a folder of the user's, or the embedded demo crawl."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    warc_root: str | None = Field(None, description="folder of WARC/ARC files; None builds the demo crawl")
+    demo: DemoCrawlConfig = DemoCrawlConfig()
+
+
+class ModelChoice(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    size: str = Field("micro", description="a name from MODEL_SIZES")
+    seq_len: int = Field(128, ge=8)
+
+    @field_validator("size")
+    @classmethod
+    def _known_size(cls, size: str) -> str:
+        if size not in MODEL_SIZES:
+            raise ValueError(f"unknown model size {size!r}; choose one of {sorted(MODEL_SIZES)}")
+        return size
+
+
+class Experiment(BaseModel):
+    """Every stage's config; the graph of stages is fixed (STAGES), the experiment fills it in."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
+    description: str = ""
+    crawl: CrawlConfig = CrawlConfig()
+    web_documents: WebDocumentsConfig = WebDocumentsConfig()
+    extract: ExtractConfig = ExtractConfig()
+    filters: FilterConfig = FilterConfig()
+    dedup: DedupConfig = DedupConfig()
+    quality: QualityConfig = QualityConfig()
+    curation: CurationConfig = CurationConfig()
+    tokenizer: TokenizerConfig = TokenizerConfig()
+    cache: CacheConfig = CacheConfig()
+    model: ModelChoice = ModelChoice()
+    train: TrainConfig = TrainConfig()
+    eval_batch_size: int = Field(16, ge=1)
+    ladder: LadderConfig = LadderConfig()
+
+    @classmethod
+    def build(cls, **fields: Any) -> Experiment:
+        """Validate, turning pydantic's report into one clear error naming each bad field."""
+        try:
+            return cls(**fields)
+        except ValidationError as e:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in err['loc']) or '(experiment)'}: {err['msg']}" for err in e.errors()
+            )
+            raise ExperimentError(f"invalid experiment {fields.get('name', '?')!r}: {problems}") from None
+
+    def stage_config(self, stage: str) -> dict[str, Any]:
+        """The config that versions a stage (its own fields only)."""
+        return {name: _dump(getattr(self, name)) for name in STAGES[stage].config}
+
+    @cached_property
+    def versions(self) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for name, stage in STAGES.items():  # insertion order is topological
+            payload = {
+                "stage": name,
+                "revision": stage.revision,
+                "config": self.stage_config(name),
+                "upstream": {dep: out[dep] for dep in stage.deps},
+            }
+            if name == "crawl":
+                payload["input"] = self._crawl_fingerprint()
+            out[name] = version_hash(payload)
+        return out
+
+    def _crawl_fingerprint(self) -> Any:
+        """What the crawl's content depends on: the user's files, or the Python that renders the demo."""
+        if self.crawl.warc_root is None:
+            return {"python": platform.python_version()}
+        root = Path(self.crawl.warc_root)
+        try:
+            files = find_warc_files(root)
+        except (FileNotFoundError, ValueError):
+            return {"missing": str(root)}  # the crawl asset raises the clear error when it runs
+        return [(str(p.relative_to(root)), p.stat().st_size, int(p.stat().st_mtime)) for p in files]
+
+
+def _dump(value: Any) -> Any:
+    return value.model_dump(mode="json") if isinstance(value, BaseModel) else value
+
+
+@dataclass(frozen=True)
+class Stage:
+    deps: tuple[str, ...]
+    config: tuple[str, ...]
+    revision: int = 1  # bump when a stage's logic changes so old outputs are not reused
+
+
+STAGES: dict[str, Stage] = {
+    "crawl": Stage((), ("crawl",)),
+    "web_documents": Stage(("crawl",), ("web_documents",)),
+    "extracted_text": Stage(("web_documents",), ("extract",)),
+    "filtered_text": Stage(("extracted_text",), ("filters",)),
+    "deduplicated_text": Stage(("filtered_text",), ("dedup",)),
+    "quality_scores": Stage(("deduplicated_text",), ("quality",)),
+    "curated_text": Stage(("deduplicated_text", "quality_scores"), ("curation",)),
+    "tokenizer": Stage(("curated_text",), ("tokenizer",)),
+    "tokenized_cache": Stage(("curated_text", "tokenizer"), ("cache",)),
+    "checkpoint": Stage(("tokenized_cache",), ("model", "train")),
+    "eval_results": Stage(("checkpoint", "tokenized_cache", "tokenizer"), ("eval_batch_size",)),
+    "ladder_checkpoint": Stage(("tokenized_cache",), ("model", "train", "ladder")),
+    "ladder_eval_results": Stage(("ladder_checkpoint", "tokenized_cache", "tokenizer"), ("eval_batch_size",)),
+    "scaling_law": Stage(("ladder_eval_results",), ("ladder",)),
+}
+
+
+def default_store_root() -> str:
+    """`.marin/store` under the working directory unless MARIN_STORE_ROOT says otherwise."""
+    return os.environ.get("MARIN_STORE_ROOT", str(Path.cwd() / ".marin" / "store"))
