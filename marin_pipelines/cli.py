@@ -7,13 +7,15 @@ import os
 import sys
 import time
 
-from marin_pipelines.experiment import Experiment, ExperimentError, default_store_root
+from marin_pipelines.experiment import ExperimentError, default_store_root
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="marin-pipelines", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
-    demo = commands.add_parser("demo", help="materialise the whole demo graph in this process, then summarise")
+    demo = commands.add_parser(
+        "demo", help="materialise the whole demo graph in this process, then summarise"
+    )
     demo.add_argument("--warc-root", help="folder of WARC/ARC files (default: build the embedded demo crawl)")
     demo.add_argument("--store-root", default=None, help="where outputs go (default: .marin/store)")
     args = parser.parse_args(argv)

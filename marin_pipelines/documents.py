@@ -42,7 +42,11 @@ class Funnel:
         return self.docs_in == self.docs_out + sum(self.removed.values())
 
     def as_dict(self) -> dict[str, Any]:
-        return {"docs_in": self.docs_in, "docs_out": self.docs_out, "removed": dict(sorted(self.removed.items()))}
+        return {
+            "docs_in": self.docs_in,
+            "docs_out": self.docs_out,
+            "removed": dict(sorted(self.removed.items())),
+        }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Funnel:
@@ -91,7 +95,9 @@ def write_stage(decisions: Iterable[Decision], directory: Path, shard_size: int 
     return funnel
 
 
-def read_documents(directory: Path, prefix: str = KEPT_PREFIX, columns: list[str] | None = None) -> Iterator[Document]:
+def read_documents(
+    directory: Path, prefix: str = KEPT_PREFIX, columns: list[str] | None = None
+) -> Iterator[Document]:
     """Documents of an artifact directory in shard order."""
     for path in sorted(directory.glob(f"{prefix}-*.parquet")):
         table = pq.read_table(path, columns=columns)

@@ -71,7 +71,7 @@ class Experiment(BaseModel):
     filters: FilterConfig = FilterConfig()
     dedup: DedupConfig = DedupConfig()
     quality: QualityConfig = QualityConfig()
-    curation: CurationConfig = CurationConfig()
+    curation: CurationConfig = CurationConfig(top_fraction=0.8)
     tokenizer: TokenizerConfig = TokenizerConfig()
     cache: CacheConfig = CacheConfig()
     model: ModelChoice = ModelChoice()
@@ -86,7 +86,8 @@ class Experiment(BaseModel):
             return cls(**fields)
         except ValidationError as e:
             problems = "; ".join(
-                f"{'.'.join(str(p) for p in err['loc']) or '(experiment)'}: {err['msg']}" for err in e.errors()
+                f"{'.'.join(str(p) for p in err['loc']) or '(experiment)'}: {err['msg']}"
+                for err in e.errors()
             )
             raise ExperimentError(f"invalid experiment {fields.get('name', '?')!r}: {problems}") from None
 
@@ -146,7 +147,7 @@ STAGES: dict[str, Stage] = {
     "eval_results": Stage(("checkpoint", "tokenized_cache", "tokenizer"), ("eval_batch_size",)),
     "ladder_checkpoint": Stage(("tokenized_cache",), ("model", "train", "ladder")),
     "ladder_eval_results": Stage(("ladder_checkpoint", "tokenized_cache", "tokenizer"), ("eval_batch_size",)),
-    "scaling_law": Stage(("ladder_eval_results",), ("ladder",)),
+    "scaling_law": Stage(("ladder_eval_results", "eval_results"), ("ladder",)),
 }
 
 

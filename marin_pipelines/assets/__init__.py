@@ -11,7 +11,15 @@ from marin_pipelines.assets.tokenize import tokenize_assets
 from marin_pipelines.assets.train import train_assets
 from marin_pipelines.experiment import Experiment
 
-FACTORIES = (crawl_assets, text_assets, quality_assets, tokenize_assets, train_assets, eval_assets, scaling_assets)
+FACTORIES = (
+    crawl_assets,
+    text_assets,
+    quality_assets,
+    tokenize_assets,
+    train_assets,
+    eval_assets,
+    scaling_assets,
+)
 
 
 def experiment_assets(experiment: Experiment) -> list[AssetsDefinition]:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import random
-
 import pyarrow as pa
 import pyarrow.parquet as pq
 from dagster import AssetsDefinition
@@ -12,7 +10,11 @@ from marin_pipelines.assets.stage import funnel_conserved, stage_asset
 from marin_pipelines.documents import read_documents, write_stage
 from marin_pipelines.experiment import Experiment
 from marin_pipelines.quality.curated_text import curate
-from marin_pipelines.quality.quality_scores import load_reference_texts, score_documents, train_quality_classifier
+from marin_pipelines.quality.quality_scores import (
+    load_reference_texts,
+    score_documents,
+    train_quality_classifier,
+)
 from marin_pipelines.store import Artifact, PendingArtifact
 
 SCORES = "scores.parquet"
@@ -24,17 +26,21 @@ def quality_assets(experiment: Experiment) -> list[AssetsDefinition]:
 
     @stage_asset(experiment, "quality_scores", group="data", ins=("deduplicated_text",))
     def quality_scores(out: PendingArtifact, deduplicated_text: Artifact) -> None:
-        """fastText classifier (reference documents vs crawl sample) and each document's score, as a sidecar."""
+        """A fastText classifier (reference documents vs crawl sample) and every document's score."""
         positives = load_reference_texts(config.reference)
-        crawl = [doc["text"] for doc in read_documents(deduplicated_text.path, columns=["text"])]
-        negatives = random.Random(config.seed).sample(crawl, min(len(crawl), config.negatives_per_positive * len(positives)))
+        negatives = [doc["text"] for doc in read_documents(deduplicated_text.path, columns=["text"])]
         out.metadata["classifier"] = train_quality_classifier(positives, negatives, config, out.path / MODEL)
-        ids, scores = zip(*score_documents(out.path / MODEL, read_documents(deduplicated_text.path)), strict=True)
+        ids, scores = zip(
+            *score_documents(out.path / MODEL, read_documents(deduplicated_text.path)), strict=True
+        )
         pq.write_table(pa.table({"id": list(ids), "score": list(scores)}), out.path / SCORES)
         out.metadata.update(documents_scored=len(ids), mean_score=sum(scores) / len(ids))
 
     @stage_asset(
-        experiment, "curated_text", group="data", ins=("deduplicated_text", "quality_scores"),
+        experiment,
+        "curated_text",
+        group="data",
+        ins=("deduplicated_text", "quality_scores"),
         checks={"funnel": funnel_conserved},
     )
     def curated_text(out: PendingArtifact, deduplicated_text: Artifact, quality_scores: Artifact) -> None:

@@ -6,7 +6,6 @@ output of the same version, atomic writes, metadata (counts, bytes, wall time, f
 asset checks.
 """
 
-from __future__ import annotations
 
 import base64
 from collections.abc import Callable, Iterator
@@ -28,7 +27,7 @@ from dagster import (
 from marin_pipelines.documents import Funnel
 from marin_pipelines.experiment import Experiment
 from marin_pipelines.resources.store import VERSION_KEY
-from marin_pipelines.store import Artifact, PendingArtifact
+from marin_pipelines.store import Artifact
 
 Check = Callable[[Artifact], tuple[bool, dict[str, Any]]]  # artifact -> (passed, metadata)
 

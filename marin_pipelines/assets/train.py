@@ -9,7 +9,6 @@ from dagster import AssetsDefinition, MultiPartitionsDefinition, StaticPartition
 
 from marin_pipelines.assets.stage import stage_asset
 from marin_pipelines.experiment import Experiment
-from marin_pipelines.scaling.scaling_law import ladder_steps
 from marin_pipelines.store import Artifact, PendingArtifact
 from marin_pipelines.tokenize.tokenized_cache import SequenceLoader, TokenCache
 from marin_pipelines.train.checkpoint import TrainConfig, train
@@ -55,17 +54,20 @@ def train_assets(experiment: Experiment) -> list[AssetsDefinition]:
         run_training(out, tokenized_cache, model, experiment.train)
 
     @stage_asset(
-        experiment, "ladder_checkpoint", group="scaling", ins=("tokenized_cache",), checks=checks,
+        experiment,
+        "ladder_checkpoint",
+        group="scaling",
+        ins=("tokenized_cache",),
+        checks=checks,
         partitions_def=ladder_partitions(experiment),
     )
     def ladder_checkpoint(out: PendingArtifact, tokenized_cache: Artifact) -> None:
         """One run of the scaling ladder: model size x compute budget, tokens = budget / FLOPs per token."""
         budget_name, size = out.partition.split("|")
         budget = {budget_key(b): b for b in experiment.ladder.budgets}[budget_name]
-        model = preset(size, tokenized_cache.metadata["vocab_size"], seq_len)
-        config = experiment.ladder.train_config(experiment.train)
-        steps = ladder_steps(budget, model.flops_per_token(), config.batch_size * seq_len)
-        run_training(out, tokenized_cache, model, config.model_copy(update={"steps": steps}))
+        vocab_size = tokenized_cache.metadata["vocab_size"]
+        run = experiment.ladder.run(size, budget, vocab_size, seq_len, experiment.train)
+        run_training(out, tokenized_cache, run.model, run.train)
         out.metadata["budget_flops"] = budget
 
     return [checkpoint, ladder_checkpoint]

@@ -1,6 +1,6 @@
 """Jobs over an experiment's assets: the pipeline (unpartitioned) and the ladder (partitioned)."""
 
-from dagster import AssetSelection, JobDefinition, UnresolvedAssetJobDefinition, define_asset_job
+from dagster import AssetSelection, define_asset_job
 
 from marin_pipelines.assets.train import ladder_partitions
 from marin_pipelines.experiment import Experiment
@@ -18,14 +18,23 @@ def pipeline_selection(experiment: Experiment) -> AssetSelection:
     return everything - ladder_selection(experiment) - AssetSelection.assets([experiment.name, "scaling_law"])
 
 
-def experiment_jobs(experiment: Experiment) -> list[JobDefinition | UnresolvedAssetJobDefinition]:
+def experiment_jobs(experiment: Experiment) -> list:
     name = experiment.name
     return [
-        define_asset_job(f"{name}_pipeline", selection=pipeline_selection(experiment),
-                         description="Crawl to evaluated checkpoint."),
-        define_asset_job(f"{name}_ladder", selection=ladder_selection(experiment),
-                         partitions_def=ladder_partitions(experiment),
-                         description="One scaling-ladder run; backfill all partitions to run the ladder."),
-        define_asset_job(f"{name}_scaling_law", selection=AssetSelection.assets([name, "scaling_law"]),
-                         description="Fit the scaling law once the ladder is complete."),
+        define_asset_job(
+            f"{name}_pipeline",
+            selection=pipeline_selection(experiment),
+            description="Crawl to evaluated checkpoint.",
+        ),
+        define_asset_job(
+            f"{name}_ladder",
+            selection=ladder_selection(experiment),
+            partitions_def=ladder_partitions(experiment),
+            description="One scaling-ladder run; backfill all partitions to run the ladder.",
+        ),
+        define_asset_job(
+            f"{name}_scaling_law",
+            selection=AssetSelection.assets([name, "scaling_law"]),
+            description="Fit the scaling law once the ladder is complete.",
+        ),
     ]

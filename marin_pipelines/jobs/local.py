@@ -39,12 +39,18 @@ def materialize_experiment(
     assets = experiment_assets(experiment)
     resources = default_resources(store_root)
     runs: list[tuple[AssetSelection, str | None]] = [(pipeline_selection(experiment), None)]
-    runs += [(ladder_selection(experiment), key) for key in ladder_partitions(experiment).get_partition_keys()]
+    runs += [
+        (ladder_selection(experiment), key) for key in ladder_partitions(experiment).get_partition_keys()
+    ]
     runs.append((AssetSelection.assets([experiment.name, "scaling_law"]), None))
     done: list[Materialized] = []
     for selection, partition in runs:
         result = materialize(
-            assets, selection=selection, partition_key=partition, instance=instance, resources=resources,
+            assets,
+            selection=selection,
+            partition_key=partition,
+            instance=instance,
+            resources=resources,
             run_config=INFO_LOGS,
         )
         for m in _materialized(result):
@@ -58,5 +64,9 @@ def _materialized(result: ExecuteInProcessResult) -> list[Materialized]:
     for event in result.get_asset_materialization_events():
         mat = event.materialization
         metadata = {k: getattr(v, "value", v) for k, v in mat.metadata.items()}
-        out.append(Materialized(mat.asset_key.to_user_string(), mat.partition, bool(metadata.get("reused")), metadata))
+        out.append(
+            Materialized(
+                mat.asset_key.to_user_string(), mat.partition, bool(metadata.get("reused")), metadata
+            )
+        )
     return out

@@ -1,8 +1,13 @@
 """The artifact store as Dagster resources: where outputs live, and how assets hand them on."""
 
-from __future__ import annotations
 
-from dagster import ConfigurableIOManager, ConfigurableResource, InputContext, OutputContext, ResourceDependency
+from dagster import (
+    ConfigurableIOManager,
+    ConfigurableResource,
+    InputContext,
+    OutputContext,
+    ResourceDependency,
+)
 from pydantic import Field
 
 from marin_pipelines.experiment import default_store_root

@@ -1,0 +1,305 @@
+"""web_documents: the HTML captures of a crawl, read from WARC (and legacy ARC) files.
+
+Each response or resource record becomes one decision: kept (an HTML page with its bytes) or removed
+with the reason and a short ``detail``, so that a crawl's losses are visible in the funnel. Records
+that are not captures (warcinfo, request, metadata, revisit) are not documents; they are only
+counted in ``ReadStats``. Real crawls are messy: a truncated or corrupt file must not stop the run,
+so what is readable is kept and the rest is counted in ``ReadStats.errors``.
+"""
+
+from __future__ import annotations
+
+import gzip
+import re
+import uuid
+import zlib
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO
+
+from fastwarc.warc import ArchiveIterator, WarcRecord, WarcRecordType
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from resiliparse.parse.encoding import detect_mime
+
+from marin_pipelines.documents import Decision, Document
+
+WARC_SUFFIXES = (".warc", ".warc.gz", ".arc", ".arc.gz")
+CAPTURE_TYPES = (WarcRecordType.response, WarcRecordType.resource)
+_GZIP_MAGIC = b"\x1f\x8b"
+_ARC_DATE = re.compile(r"\d{14}")
+
+
+class WebDocumentsConfig(BaseModel):
+    """Which captures become documents.
+
+    ``max_record_bytes`` bounds memory per record (Common Crawl truncates payloads at 1 MiB, so
+    10 MB only skips outliers such as media served as HTML). ``content_types`` are the MIME types
+    that are read as HTML; anything else is ``not_html``.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_record_bytes: int = Field(10_000_000, gt=0)
+    content_types: tuple[str, ...] = Field(("text/html", "application/xhtml+xml"), min_length=1)
+
+    @field_validator("content_types")
+    @classmethod
+    def _mime_types(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for mime in value:
+            if not re.fullmatch(r"[\w.+-]+/[\w.+-]+", mime):
+                raise ValueError(f"content_types: {mime!r} is not a MIME type such as 'text/html'")
+        return tuple(mime.lower() for mime in value)
+
+
+@dataclass
+class ReadStats:
+    """What the reader saw besides documents: records per type and the places it could not read."""
+
+    files: int = 0
+    records: Counter[str] = field(default_factory=Counter)
+    errors: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "files": self.files,
+            "records": dict(sorted(self.records.items())),
+            "errors": list(self.errors),
+        }
+
+
+@dataclass
+class _Capture:
+    """One response/resource record from either format, before any decision is taken."""
+
+    id: str
+    url: str
+    fetch_time: str | None
+    block: bytes | None  # None: not read because it is larger than max_record_bytes
+    declared_length: int
+    is_http: bool
+    content_type: str | None  # the record's own Content-Type (used when the block is not HTTP)
+    corrupt: str | None = None  # why the record cannot be read, when it cannot
+
+
+def find_warc_files(root: Path) -> list[Path]:
+    """All WARC/ARC files under ``root`` (or ``root`` itself), sorted; an error if there are none."""
+    root = Path(root)
+    if not root.exists():
+        raise FileNotFoundError(f"crawl root not found: {root}")
+    candidates = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
+    found = [p for p in candidates if p.name.lower().endswith(WARC_SUFFIXES)]
+    if not found:
+        raise FileNotFoundError(
+            f"no WARC or ARC files ({', '.join('*' + s for s in WARC_SUFFIXES)}) in {root}"
+        )
+    return found
+
+
+def read_web_documents(
+    warc_paths: Iterable[Path], config: WebDocumentsConfig | None = None, stats: ReadStats | None = None
+) -> Iterator[Decision]:
+    """Decisions for every capture in the files, in file and record order.
+
+    A folder in ``warc_paths`` stands for the WARC files under it. All paths are checked before the
+    first record is read, so a typo fails at once with the path in the message.
+    """
+    config = config or WebDocumentsConfig()
+    stats = stats if stats is not None else ReadStats()
+    paths: list[Path] = []
+    for path in map(Path, warc_paths):
+        if not path.exists():
+            raise FileNotFoundError(f"WARC file not found: {path}")
+        paths.extend(find_warc_files(path) if path.is_dir() else [path])
+    for path in paths:
+        stats.files += 1
+        reader = _arc_captures if _is_arc(path) else _warc_captures
+        for capture in reader(path, config, stats):
+            yield _decide(capture, path.name, config)
+
+
+def _decide(capture: _Capture, source: str, config: WebDocumentsConfig) -> Decision:
+    """Kept with the HTML bytes, or removed with the reason and a short detail."""
+    base: Document = {"id": capture.id, "url": capture.url, "source": source}
+
+    def removed(reason: str, detail: str) -> Decision:
+        return {**base, "detail": detail}, reason
+
+    if capture.corrupt:
+        return removed("corrupt_record", capture.corrupt)
+    if capture.block is None:
+        return removed("too_large", f"{capture.declared_length} bytes > max_record_bytes")
+    # A record cut short (a truncated file) is kept when its HTTP head is complete: what is there is
+    # readable. Without a readable head it is corrupt.
+    truncated = len(capture.block) < capture.declared_length
+    short = f"; truncated: {len(capture.block)} of {capture.declared_length} bytes" if truncated else ""
+    if capture.is_http:
+        try:
+            status, content_type, charset, body = _parse_http(capture.block)
+        except OSError as error:  # fastwarc reports unreadable headers and failed decoding as OSError
+            return removed("corrupt_record", f"HTTP payload: {error}{short}")
+        if status is None:
+            return removed("corrupt_record", f"no HTTP status line{short}")
+        if not 200 <= status < 300:
+            return removed("http_error", f"HTTP {status}")
+    else:
+        content_type, charset = _split_content_type(capture.content_type)
+        body = capture.block
+    if not body.strip():
+        return removed("empty_body", "no payload")
+    content_type = content_type or _sniff(body)
+    if content_type not in config.content_types:
+        return removed("not_html", content_type)
+    doc = {**base, "fetch_time": capture.fetch_time, "content_type": content_type, "charset": charset}
+    return {**doc, "html": body}, None
+
+
+def _parse_http(block: bytes) -> tuple[int | None, str | None, str | None, bytes]:
+    """Status, MIME type, charset and decoded body of an HTTP response, parsed by fastwarc."""
+    header = b"WARC/1.0\r\nWARC-Type: response\r\nContent-Type: application/http; msgtype=response\r\n"
+    record = WarcRecord.from_bytes(header + b"Content-Length: %d\r\n\r\n" % len(block) + block)
+    record.parse_http(auto_decode="all", quirks_mode=True)  # chunked / gzip / br bodies are decoded
+    status = record.http_headers.status_code if record.http_headers else None
+    content_type = record.http_content_type.lower() if record.http_content_type else None
+    return status, content_type, record.http_charset, record.reader.read()
+
+
+def _sniff(body: bytes) -> str:
+    """MIME type of a body served without one: HTML by its opening tags, else resiliparse's magic bytes."""
+    head = body[:1024].lstrip().lower()
+    if head.startswith((b"<!doctype html", b"<html", b"<head", b"<body")):
+        return "text/html"
+    return detect_mime(body[:1024])
+
+
+def _split_content_type(value: str | None) -> tuple[str | None, str | None]:
+    if not value:
+        return None, None
+    mime, _, params = value.partition(";")
+    charset = re.search(r"charset\s*=\s*[\"']?([\w.:-]+)", params, re.IGNORECASE)
+    return mime.strip().lower() or None, charset.group(1) if charset else None
+
+
+def _warc_captures(path: Path, config: WebDocumentsConfig, stats: ReadStats) -> Iterator[_Capture]:
+    """Captures of a WARC file: strict parsing first, then lenient parsing past the first error.
+
+    Strict mode stops at malformed input with an error (which is recorded); fastwarc's quirks mode
+    then resynchronises on the next record header, so records after a bad one are still read. Both
+    modes agree up to the first malformed record, so the lenient pass skips the records already given.
+    """
+    done = 0
+    for quirks_mode in (False, True):
+        seen = 0
+        try:
+            for record in ArchiveIterator(str(path), parse_http=False, quirks_mode=quirks_mode):
+                seen += 1
+                if seen <= done:
+                    continue
+                done = seen
+                stats.records[str(record.record_type)] += 1
+                if record.record_type in CAPTURE_TYPES:
+                    yield _warc_capture(record, config, path.name, seen)
+            return
+        except OSError as error:
+            message = f"{path.name}: {error} after record {done}"
+            if message not in stats.errors:
+                stats.errors.append(message)
+
+
+def _warc_capture(record: WarcRecord, config: WebDocumentsConfig, source: str, index: int) -> _Capture:
+    headers = record.headers
+    declared = record.content_length
+    record_id = (headers.get("WARC-Record-ID") or "").strip("<>") or _synthetic_id(source, index)
+    block, corrupt = None, None
+    if declared <= config.max_record_bytes:
+        try:
+            block = record.reader.read()
+        except OSError as error:  # e.g. a gzip member that breaks inside the payload
+            block, corrupt = b"", f"payload: {error}"
+    return _Capture(
+        id=record_id,
+        url=(headers.get("WARC-Target-URI") or "").strip("<>"),
+        fetch_time=headers.get("WARC-Date"),
+        block=block,
+        declared_length=declared,
+        is_http=record.record_type == WarcRecordType.response
+        and "application/http" in (headers.get("Content-Type") or "application/http"),
+        content_type=headers.get("Content-Type"),
+        corrupt=corrupt,
+    )
+
+
+def _is_arc(path: Path) -> bool:
+    """ARC files start with a ``filedesc://`` line (checked on content, not on the file name)."""
+    with _open_maybe_gzip(path) as f:
+        try:
+            return f.read(11) == b"filedesc://"
+        except (OSError, EOFError, zlib.error):
+            return False
+
+
+def _open_maybe_gzip(path: Path) -> BinaryIO:
+    with path.open("rb") as f:
+        compressed = f.read(2) == _GZIP_MAGIC
+    return gzip.open(path, "rb") if compressed else path.open("rb")
+
+
+def _arc_captures(path: Path, config: WebDocumentsConfig, stats: ReadStats) -> Iterator[_Capture]:
+    """Captures of an ARC v1 file (one header line ``URL IP date content-type length`` per record).
+
+    A header that cannot be parsed gives a ``corrupt_record`` capture when it names a URL; the
+    reader then skips lines until the next valid header. URLs may contain spaces, so the fields are
+    split from the right.
+    """
+    with _open_maybe_gzip(path) as f:
+        try:
+            while line := f.readline():
+                offset = f.tell() - len(line)
+                if not line.strip():
+                    continue
+                fields = line.rstrip(b"\r\n").decode("utf-8", "replace").rsplit(" ", 4)
+                valid = len(fields) == 5 and fields[4].isdigit() and bool(_ARC_DATE.fullmatch(fields[2]))
+                if fields[0].startswith("filedesc:"):  # the file header and its version block
+                    stats.records["filedesc"] += 1
+                    f.read(int(fields[4]) if valid else 0)
+                elif valid:
+                    stats.records["arc"] += 1
+                    length = int(fields[4])
+                    block = f.read(length) if length <= config.max_record_bytes else None
+                    if block is None:
+                        f.seek(length, 1)
+                    yield _Capture(
+                        id=_synthetic_id(path.name, offset),
+                        url=fields[0],
+                        fetch_time=_arc_date(fields[2]),
+                        block=block,
+                        declared_length=length,
+                        is_http=(block or b"").startswith(b"HTTP/"),
+                        content_type=fields[3],
+                    )
+                elif "://" in fields[0]:
+                    stats.records["arc"] += 1
+                    yield _Capture(
+                        id=_synthetic_id(path.name, offset),
+                        url=fields[0],
+                        fetch_time=None,
+                        block=None,
+                        declared_length=0,
+                        is_http=False,
+                        content_type=None,
+                        corrupt=f"invalid ARC header: {line[:200]!r}",
+                    )
+                else:
+                    stats.records["unparsed_line"] += 1
+        except (OSError, EOFError, zlib.error) as error:
+            stats.errors.append(f"{path.name}: {error}")
+
+
+def _arc_date(digits: str) -> str:
+    return f"{digits[:4]}-{digits[4:6]}-{digits[6:8]}T{digits[8:10]}:{digits[10:12]}:{digits[12:14]}Z"
+
+
+def _synthetic_id(source: str, offset: int) -> str:
+    """A stable id for records that have none (ARC): derived from the file name and position."""
+    return uuid.uuid5(uuid.NAMESPACE_URL, f"{source}#{offset}").urn

@@ -1,0 +1,358 @@
+"""filtered_text: heuristic quality rules from Gopher, C4 and FineWeb, re-implemented without NLTK.
+
+The rules and their default thresholds are those of datatrove's ``LanguageFilter``,
+``GopherRepetitionFilter``, ``GopherQualityFilter``, ``C4QualityFilter`` and ``FineWebQualityFilter``,
+applied in FineWeb's order (language, repetition, quality, C4, FineWeb); the first rule that fires
+names the removal, as ``family:rule`` (``gopher_quality:min_words``, ``c4:curly_bracket``, ...).
+Each family can be disabled with ``enabled=False`` and each threshold with ``None``.
+
+Deliberate differences from datatrove, all small:
+
+- Words come from a simple tokenizer instead of NLTK: whitespace-separated tokens with leading and
+  trailing ASCII punctuation stripped; tokens that are only punctuation are not words. Stop words
+  are matched case-insensitively.
+- Lines are the non-empty lines. Our extraction puts a blank line between blocks (trafilatura, which
+  FineWeb used, does not); counting blank lines would make every line-based ratio meaningless
+  (half of all lines "short", blank lines "duplicated").
+- Word n-gram fractions (Gopher repetition) are measured in word characters, and an n-gram that
+  occurs once is not "repeated" (datatrove lets a single 2-gram of a 4-word text count as 50 %).
+- C4 counts sentences with a regex (runs of ``.!?`` at the end of a word) instead of NLTK's punkt,
+  strips a line again after removing citations, and keeps the blank line between the blocks it
+  keeps, so paragraphs survive into later stages.
+- The language score is resiliparse's (see extracted_text), not fastText's probability, so its
+  threshold is our own; FineWeb's ``list_ratio`` is named ``new_line_ratio`` after its parameter.
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from collections.abc import Callable, Iterable, Iterator
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from marin_pipelines.documents import Decision, Document
+
+_PARAGRAPH_BREAK = re.compile(r"\n\s*\n")
+_CITATION = re.compile(r"\[\d*]|\[edit]|\[citation needed]")
+_SENTENCE_END = re.compile(r"[.!?]+[\"')\]]*(?=\s|$)")
+_C4_END_PUNCTUATION = (".", "?", "!", '"', "'")
+_FINEWEB_STOP_CHARS = (".", "'", '"', "!", "?")
+_POLICY_PHRASES = (
+    "terms of use",
+    "privacy policy",
+    "cookie policy",
+    "uses cookies",
+    "use of cookies",
+    "use cookies",
+)
+_BULLETS = ("•", "‣", "◦", "▪")
+_ELLIPSES = ("...", "…")
+
+
+class _Rule(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    enabled: bool = True
+
+
+class LanguageRule(_Rule):
+    """Keep documents in ``languages`` whose ``lang_score`` (see extracted_text) is at least ``min_score``.
+
+    0.5 is an out-of-place rank of 600: English prose scores 0.65-0.85, short snippets 0.5-0.6.
+    """
+
+    languages: tuple[str, ...] = Field(("en",), min_length=1)
+    min_score: float = Field(0.5, ge=0.0, le=1.0)
+
+
+class GopherQualityRule(_Rule):
+    """Gopher (Rae et al. 2021, appendix A) document statistics; datatrove's defaults."""
+
+    min_words: int | None = Field(50, ge=0)
+    max_words: int | None = Field(100_000, ge=1)
+    min_mean_word_length: float | None = Field(3, ge=0)
+    max_mean_word_length: float | None = Field(10, ge=0)
+    max_symbol_word_ratio: float | None = Field(0.1, ge=0)
+    max_bullet_lines: float | None = Field(0.9, ge=0, le=1)
+    max_ellipsis_lines: float | None = Field(0.3, ge=0, le=1)
+    min_alpha_words: float | None = Field(0.8, ge=0, le=1)
+    min_stop_words: int | None = Field(2, ge=0)
+    # a tuple, not a set: a set's order changes between processes, and with it the config's version hash
+    stop_words: tuple[str, ...] = ("the", "be", "to", "of", "and", "that", "have", "with")
+
+
+class GopherRepetitionRule(_Rule):
+    """Gopher repetition: duplicated lines / paragraphs and word n-grams (Gopher table A1)."""
+
+    dup_line_frac: float | None = Field(0.3, ge=0, le=1)
+    dup_para_frac: float | None = Field(0.3, ge=0, le=1)
+    dup_line_char_frac: float | None = Field(0.2, ge=0, le=1)
+    dup_para_char_frac: float | None = Field(0.2, ge=0, le=1)
+    top_ngram_char_frac: dict[int, float] = {2: 0.2, 3: 0.18, 4: 0.16}
+    dup_ngram_char_frac: dict[int, float] = {5: 0.15, 6: 0.14, 7: 0.13, 8: 0.12, 9: 0.11, 10: 0.10}
+
+
+class C4Rule(_Rule):
+    """C4 (Raffel et al. 2020): drop lines, then whole documents; datatrove ``C4QualityFilter`` defaults.
+
+    Kept lines end in terminal punctuation, have ``min_words_per_line`` words, no word longer than
+    ``max_word_length``, and mention neither javascript nor a cookie / terms policy. A document is
+    removed for "lorem ipsum" or a curly bracket in a kept line, or fewer than ``min_sentences``.
+    FineWeb turned ``filter_no_terminal_punct`` off (hard-wrapped text such as docstrings loses
+    nearly all its lines to it).
+    """
+
+    filter_no_terminal_punct: bool = True
+    min_words_per_line: int | None = Field(3, ge=1)
+    max_word_length: int | None = Field(1000, ge=1)
+    remove_citations: bool = True
+    filter_javascript: bool = True
+    filter_policy: bool = True
+    filter_lorem_ipsum: bool = True
+    filter_curly_bracket: bool = True
+    min_sentences: int | None = Field(5, ge=1)
+
+
+class FineWebRule(_Rule):
+    """FineWeb's own three rules (Penedo et al. 2024) plus its list-page rule; datatrove defaults."""
+
+    line_punct_thr: float | None = Field(0.12, ge=0, le=1)
+    line_punct_exclude_zero: bool = False
+    short_line_thr: float | None = Field(0.67, ge=0, le=1)
+    short_line_length: int = Field(30, ge=1)
+    char_duplicates_ratio: float | None = Field(0.01, ge=0, le=1)
+    new_line_ratio: float | None = Field(0.3, ge=0)
+
+
+class FilterConfig(BaseModel):
+    """All rule families, in the order they run."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    language: LanguageRule = LanguageRule()
+    gopher_repetition: GopherRepetitionRule = GopherRepetitionRule()
+    gopher_quality: GopherQualityRule = GopherQualityRule()
+    c4: C4Rule = C4Rule()
+    fineweb: FineWebRule = FineWebRule()
+
+
+def filter_text(docs: Iterable[Document], config: FilterConfig | None = None) -> Iterator[Decision]:
+    """One decision per document; C4's line removal rewrites the ``text`` of kept documents."""
+    config = config or FilterConfig()
+    for doc in docs:
+        text, reason = apply_rules(doc, config)
+        yield ({**doc, "text": text} if reason is None else doc), reason
+
+
+def apply_rules(doc: Document, config: FilterConfig) -> tuple[str, str | None]:
+    """The (possibly C4-rewritten) text of a document and the first rule that removes it, if any."""
+    text = doc["text"]
+    if config.language.enabled and not (
+        doc.get("lang") in config.language.languages
+        and (doc.get("lang_score") or 0.0) >= config.language.min_score
+    ):
+        return text, "language"
+    tokens = words(text)
+    if config.gopher_repetition.enabled and (
+        reason := gopher_repetition(text, tokens, config.gopher_repetition)
+    ):
+        return text, f"gopher_repetition:{reason}"
+    if config.gopher_quality.enabled and (reason := gopher_quality(text, tokens, config.gopher_quality)):
+        return text, f"gopher_quality:{reason}"
+    if config.c4.enabled:
+        text, reason = c4_lines(text, config.c4)
+        if reason:
+            return doc["text"], f"c4:{reason}"
+    if config.fineweb.enabled and (reason := fineweb(text, config.fineweb)):
+        return text, f"fineweb:{reason}"
+    return text, None
+
+
+def words(text: str) -> list[str]:
+    """Whitespace tokens without surrounding ASCII punctuation; pure-punctuation tokens are dropped."""
+    return [word for word in (token.strip(string.punctuation) for token in text.split()) if word]
+
+
+def _lines(text: str) -> list[str]:
+    return [line.strip() for line in text.split("\n") if line.strip()]
+
+
+def gopher_quality(text: str, tokens: list[str], rule: GopherQualityRule) -> str | None:
+    """Name of the first Gopher quality statistic out of range, or None."""
+    n_words = len(tokens)
+    if rule.min_words is not None and n_words < rule.min_words:
+        return "min_words"
+    if rule.max_words is not None and n_words > rule.max_words:
+        return "max_words"
+    if n_words == 0:
+        return None
+    mean_length = sum(map(len, tokens)) / n_words
+    if rule.min_mean_word_length is not None and mean_length < rule.min_mean_word_length:
+        return "min_mean_word_length"
+    if rule.max_mean_word_length is not None and mean_length > rule.max_mean_word_length:
+        return "max_mean_word_length"
+    if rule.max_symbol_word_ratio is not None:
+        if text.count("#") / n_words > rule.max_symbol_word_ratio:
+            return "hash_ratio"
+        if sum(text.count(e) for e in _ELLIPSES) / n_words > rule.max_symbol_word_ratio:
+            return "ellipsis_ratio"
+    lines = _lines(text)
+    if (
+        rule.max_bullet_lines is not None
+        and _share(lines, lambda s: s.startswith(_BULLETS)) > rule.max_bullet_lines
+    ):
+        return "bullet_lines"
+    if (
+        rule.max_ellipsis_lines is not None
+        and _share(lines, lambda s: s.endswith(_ELLIPSES)) > rule.max_ellipsis_lines
+    ):
+        return "ellipsis_lines"
+    if (
+        rule.min_alpha_words is not None
+        and _share(tokens, lambda w: any(map(str.isalpha, w))) < rule.min_alpha_words
+    ):
+        return "alpha_words"
+    if (
+        rule.min_stop_words is not None
+        and sum(w.lower() in rule.stop_words for w in tokens) < rule.min_stop_words
+    ):
+        return "stop_words"
+    return None
+
+
+def _share(items: list[str], predicate: Callable[[str], bool]) -> float:
+    return sum(map(predicate, items)) / len(items) if items else 0.0
+
+
+def gopher_repetition(text: str, tokens: list[str], rule: GopherRepetitionRule) -> str | None:
+    """Name of the first Gopher repetition statistic over its threshold, or None."""
+    total_chars = max(len(text), 1)
+    paragraphs = [p.strip() for p in _PARAGRAPH_BREAK.split(text) if p.strip()]
+    for unit, items, frac, char_frac in (
+        ("para", paragraphs, rule.dup_para_frac, rule.dup_para_char_frac),
+        ("line", _lines(text), rule.dup_line_frac, rule.dup_line_char_frac),
+    ):
+        count, chars = duplicates(items)
+        if frac is not None and items and count / len(items) > frac:
+            return f"dup_{unit}_frac"
+        if char_frac is not None and chars / total_chars > char_frac:
+            return f"dup_{unit}_char_frac"
+    if not tokens:
+        return None
+    ids = np.unique(np.array(tokens), return_inverse=True)[1].astype(np.uint64)
+    lengths = np.fromiter(map(len, tokens), dtype=np.int64, count=len(tokens))
+    word_chars = lengths.sum()
+    for n, threshold in sorted(rule.top_ngram_char_frac.items()):
+        if _top_ngram_chars(ids, lengths, n) / word_chars > threshold:
+            return f"top_{n}_gram"
+    for n, threshold in sorted(rule.dup_ngram_char_frac.items()):
+        if _duplicate_ngram_chars(ids, lengths, n) / word_chars > threshold:
+            return f"dup_{n}_gram"
+    return None
+
+
+def duplicates(items: list[str]) -> tuple[int, int]:
+    """Number and total length of the items that repeat an earlier item."""
+    seen: set[str] = set()
+    count = chars = 0
+    for item in items:
+        if item in seen:
+            count += 1
+            chars += len(item)
+        seen.add(item)
+    return count, chars
+
+
+def _ngram_keys(ids: np.ndarray, n: int) -> np.ndarray:
+    """A 64-bit polynomial hash per word n-gram (collisions are negligible at document scale)."""
+    keys = np.zeros(len(ids) - n + 1, dtype=np.uint64)
+    for offset in range(n):
+        keys = keys * np.uint64(1_000_003) + ids[offset : offset + len(keys)]
+    return keys
+
+
+def _top_ngram_chars(ids: np.ndarray, lengths: np.ndarray, n: int) -> int:
+    """Characters covered by all occurrences of the most frequent repeated n-gram."""
+    if len(ids) < n:
+        return 0
+    _, first, counts = np.unique(_ngram_keys(ids, n), return_index=True, return_counts=True)
+    if counts.max() < 2:
+        return 0
+    chars = np.convolve(lengths, np.ones(n, dtype=np.int64), mode="valid")[first]
+    top = counts == counts.max()
+    return int((counts[top] * chars[top]).max())
+
+
+def _duplicate_ngram_chars(ids: np.ndarray, lengths: np.ndarray, n: int) -> int:
+    """Characters of the words covered by n-grams that repeat an earlier n-gram (each word once)."""
+    if len(ids) < n:
+        return 0
+    keys = _ngram_keys(ids, n)
+    _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+    starts = np.flatnonzero(first[inverse] != np.arange(len(keys)))
+    if not len(starts):
+        return 0
+    coverage = np.zeros(len(ids) + 1, dtype=np.int64)
+    np.add.at(coverage, starts, 1)
+    np.add.at(coverage, starts + n, -1)
+    return int(lengths[np.cumsum(coverage[:-1]) > 0].sum())
+
+
+def c4_lines(text: str, rule: C4Rule) -> tuple[str, str | None]:
+    """C4's kept lines (blank lines between kept blocks preserved) or the document-level reason."""
+    kept: list[str] = []
+    sentences = 0
+    for raw in text.split("\n"):
+        line = raw.strip()
+        if not line:
+            if kept and kept[-1]:
+                kept.append("")
+            continue
+        tokens = line.split()
+        if rule.max_word_length is not None and any(len(w) > rule.max_word_length for w in tokens):
+            continue
+        if rule.remove_citations:
+            line = _CITATION.sub("", line).strip()
+        if rule.filter_no_terminal_punct and (not line.endswith(_C4_END_PUNCTUATION) or line.endswith("...")):
+            continue
+        if rule.min_words_per_line is not None and len(tokens) < rule.min_words_per_line:
+            continue
+        lower = line.lower()
+        if rule.filter_lorem_ipsum and "lorem ipsum" in lower:
+            return text, "lorem_ipsum"
+        if rule.filter_javascript and "javascript" in lower:
+            continue
+        if rule.filter_curly_bracket and "{" in line:
+            return text, "curly_bracket"
+        if rule.filter_policy and any(phrase in lower for phrase in _POLICY_PHRASES):
+            continue
+        sentences += max(1, len(_SENTENCE_END.findall(line)))
+        kept.append(line)
+    if rule.min_sentences is not None and sentences < rule.min_sentences:
+        return text, "min_sentences"
+    return "\n".join(kept).strip(), None
+
+
+def fineweb(text: str, rule: FineWebRule) -> str | None:
+    """Name of the first FineWeb statistic out of range, or None."""
+    lines = _lines(text)
+    if not lines:
+        return "line_punct_ratio"
+    if rule.line_punct_thr is not None:
+        ratio = _share(lines, lambda s: s.endswith(_FINEWEB_STOP_CHARS))
+        if ratio <= rule.line_punct_thr and not (ratio == 0 and rule.line_punct_exclude_zero):
+            return "line_punct_ratio"
+    if (
+        rule.short_line_thr is not None
+        and _share(lines, lambda s: len(s) <= rule.short_line_length) >= rule.short_line_thr
+    ):
+        return "short_line_ratio"
+    if rule.char_duplicates_ratio is not None:
+        chars = sum(map(len, lines))
+        if duplicates(lines)[1] / chars >= rule.char_duplicates_ratio:
+            return "char_dup_ratio"
+    if rule.new_line_ratio is not None and (len(lines) - 1) / max(len(words(text)), 1) > rule.new_line_ratio:
+        return "new_line_ratio"
+    return None

@@ -1,0 +1,83 @@
+"""Byte-level BPE tokenizer trained on the corpus (HF ``tokenizers``), or any byte-level tokenizer.json.
+
+Byte-level BPE encodes every string losslessly (no unknown tokens), and each token stands for a known
+number of UTF-8 bytes, which turns a model's loss per token into bits per byte.
+
+Text is data: a literal ``<|endoftext|>`` inside a document is encoded as ordinary bytes by the
+tokenizers returned here (``encode_special_tokens``), so only the token cache places EOS ids.
+That setting is not saved in tokenizer.json: load with ``load_tokenizer`` to get it back.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+EOS = "<|endoftext|>"  # ends every document; also used as BOS
+TOKENIZER_FILE = "tokenizer.json"
+
+
+class TokenizerConfig(BaseModel):
+    """Size of the learned vocabulary (256 byte tokens and EOS included) and merge frequency floor."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    vocab_size: int = Field(4096, ge=257, le=1 << 20, description="256 bytes + EOS + merges")
+    min_frequency: int = Field(2, ge=1, description="a pair seen fewer times is never merged")
+
+
+def train_tokenizer(texts: Iterable[str], config: TokenizerConfig) -> Tokenizer:
+    """Train byte-level BPE on ``texts``; EOS gets id 0 and all 256 bytes are in the vocabulary."""
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=config.vocab_size,
+        min_frequency=config.min_frequency,
+        special_tokens=[EOS],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tokenizer.train_from_iterator(texts, trainer=trainer)
+    tokenizer.encode_special_tokens = True
+    return tokenizer
+
+
+def load_tokenizer(path: str | os.PathLike[str]) -> Tokenizer:
+    """A tokenizer.json (or a directory holding one) that has the EOS token."""
+    path = Path(path)
+    file = path / TOKENIZER_FILE if path.is_dir() else path
+    if not file.is_file():
+        raise FileNotFoundError(f"tokenizer file not found: {file}")
+    tokenizer = Tokenizer.from_file(str(file))
+    if tokenizer.token_to_id(EOS) is None:
+        raise ValueError(f"{file} has no {EOS!r} token, which ends every document; add it as a special token")
+    tokenizer.encode_special_tokens = True
+    return tokenizer
+
+
+def token_byte_lengths(tokenizer: Tokenizer) -> np.ndarray:
+    """UTF-8 bytes each token id stands for (int32, indexed by id); special tokens count 0.
+
+    Byte-level BPE writes each byte as one character of the byte-level alphabet, so a token's byte
+    length is its length in characters. Non-special added tokens are plain text.
+    """
+    alphabet = set(pre_tokenizers.ByteLevel.alphabet())
+    added = tokenizer.get_added_tokens_decoder()
+    vocab = tokenizer.get_vocab(with_added_tokens=True)
+    lengths = np.zeros(max(vocab.values()) + 1, dtype=np.int32)
+    for token, token_id in vocab.items():
+        if token_id in added:
+            lengths[token_id] = 0 if added[token_id].special else len(added[token_id].content.encode("utf-8"))
+        elif alphabet.issuperset(token):
+            lengths[token_id] = len(token)
+        else:
+            raise ValueError(
+                f"token {token!r} (id {token_id}) is not byte-level; bytes per token are unknown"
+            )
+    return lengths

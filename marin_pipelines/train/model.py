@@ -1,0 +1,177 @@
+"""A Llama-style decoder in Flax NNX, readable top to bottom.
+
+Token embedding -> n_layers x [RMSNorm -> grouped-query causal attention with RoPE -> residual,
+RMSNorm -> SwiGLU MLP -> residual] -> final RMSNorm -> LM head (or the tied embedding).
+Parameters are float32; logits are float32.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+INIT_STD = 0.02
+
+
+class LlamaConfig(BaseModel):
+    """Model shape. Counts and FLOPs are computed from it, so plans need no model."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    vocab_size: int = Field(gt=0)
+    seq_len: int = Field(gt=0)
+    d_model: int = Field(gt=0)
+    n_layers: int = Field(gt=0)
+    n_heads: int = Field(gt=0)
+    n_kv_heads: int = Field(gt=0)
+    d_ff: int = Field(gt=0)
+    rope_theta: float = Field(default=10_000.0, gt=0)
+    tie_embeddings: bool = False
+    norm_eps: float = Field(default=1e-5, gt=0)
+
+    @model_validator(mode="after")
+    def _check_heads(self) -> LlamaConfig:
+        if self.d_model % self.n_heads:
+            raise ValueError(f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
+        if self.n_heads % self.n_kv_heads:
+            raise ValueError(f"n_heads ({self.n_heads}) must be divisible by n_kv_heads ({self.n_kv_heads})")
+        if self.head_dim % 2:
+            raise ValueError(f"head_dim = d_model / n_heads ({self.head_dim}) must be even for RoPE")
+        return self
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+    def _layer_matmul_params(self) -> int:
+        d, kv = self.d_model, self.n_kv_heads * self.head_dim
+        attention = d * d + 2 * d * kv + d * d  # wq, wk, wv, wo
+        return attention + 3 * d * self.d_ff  # w_gate, w_up, w_down
+
+    def num_params(self, include_embeddings: bool = True) -> int:
+        """Trainable parameters. Embeddings are the token embedding plus the untied LM head."""
+        norms = (2 * self.n_layers + 1) * self.d_model
+        non_embedding = self.n_layers * self._layer_matmul_params() + norms
+        if not include_embeddings:
+            return non_embedding
+        embeddings = self.vocab_size * self.d_model * (1 if self.tie_embeddings else 2)
+        return non_embedding + embeddings
+
+    def flops_per_token(self) -> float:
+        """Training FLOPs per token, Kaplan et al. (2020) as used by Levanter's 6N accounting.
+
+        6 x the matmul parameters (every layer's projections plus the LM head, tied or not; the
+        embedding lookup and norm scales do no matmuls) + 6 x n_layers x seq_len x d_model for the
+        attention scores and their weighted sum (full T x T, causality not discounted).
+        """
+        matmul = self.n_layers * self._layer_matmul_params() + self.vocab_size * self.d_model
+        return 6.0 * matmul + 6.0 * self.n_layers * self.seq_len * self.d_model
+
+
+# Shapes only; the caller supplies vocab_size and seq_len. Non-embedding params in the comment.
+MODEL_SIZES: dict[str, dict[str, int]] = {
+    "nano": dict(d_model=64, n_layers=4, n_heads=4, n_kv_heads=2, d_ff=192),  # 0.20M
+    "micro": dict(d_model=96, n_layers=4, n_heads=6, n_kv_heads=3, d_ff=256),  # 0.41M
+    "tiny": dict(d_model=128, n_layers=6, n_heads=8, n_kv_heads=4, d_ff=352),  # 1.1M
+    "mini": dict(d_model=192, n_layers=6, n_heads=6, n_kv_heads=3, d_ff=512),  # 2.4M
+    "small": dict(d_model=256, n_layers=8, n_heads=8, n_kv_heads=4, d_ff=688),  # 5.8M
+    "20m": dict(d_model=384, n_layers=12, n_heads=6, n_kv_heads=3, d_ff=1024),  # 19M
+}
+
+
+def preset(name: str, vocab_size: int, seq_len: int) -> LlamaConfig:
+    """The named size from MODEL_SIZES with the tokenizer's vocab and the training length."""
+    if name not in MODEL_SIZES:
+        raise ValueError(f"model size {name!r} is not one of {sorted(MODEL_SIZES)}")
+    return LlamaConfig(vocab_size=vocab_size, seq_len=seq_len, **MODEL_SIZES[name])
+
+
+def _dense(d_in: int, d_out: int, std: float, rngs: nnx.Rngs) -> nnx.Linear:
+    return nnx.Linear(d_in, d_out, use_bias=False, kernel_init=nnx.initializers.normal(std), rngs=rngs)
+
+
+def apply_rope(x: jax.Array, theta: float) -> jax.Array:
+    """Rotate channel pairs (i, i + D/2) of x[B, T, H, D] by angle position * theta^(-2i/D)."""
+    seq_len, head_dim = x.shape[1], x.shape[-1]
+    inv_freq = theta ** (-jnp.arange(0, head_dim, 2, dtype=jnp.float32) / head_dim)
+    angles = jnp.arange(seq_len, dtype=jnp.float32)[:, None] * inv_freq[None, :]  # [T, D/2]
+    cos, sin = jnp.cos(angles)[None, :, None, :], jnp.sin(angles)[None, :, None, :]
+    x1, x2 = jnp.split(x, 2, axis=-1)
+    return jnp.concatenate([x1 * cos - x2 * sin, x1 * sin + x2 * cos], axis=-1)
+
+
+class Attention(nnx.Module):
+    """Grouped-query causal self-attention: n_kv_heads key/value heads shared by n_heads queries."""
+
+    def __init__(self, config: LlamaConfig, rngs: nnx.Rngs):
+        d, hd = config.d_model, config.head_dim
+        out_std = INIT_STD / math.sqrt(2 * config.n_layers)  # GPT-2: residual writes shrink with depth
+        self.config = config
+        self.wq = _dense(d, config.n_heads * hd, INIT_STD, rngs)
+        self.wk = _dense(d, config.n_kv_heads * hd, INIT_STD, rngs)
+        self.wv = _dense(d, config.n_kv_heads * hd, INIT_STD, rngs)
+        self.wo = _dense(config.n_heads * hd, d, out_std, rngs)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        c = self.config
+        batch, seq_len, _ = x.shape
+        q = self.wq(x).reshape(batch, seq_len, c.n_heads, c.head_dim)
+        k = self.wk(x).reshape(batch, seq_len, c.n_kv_heads, c.head_dim)
+        v = self.wv(x).reshape(batch, seq_len, c.n_kv_heads, c.head_dim)
+        q, k = apply_rope(q, c.rope_theta), apply_rope(k, c.rope_theta)
+        out = jax.nn.dot_product_attention(q, k, v, is_causal=True)  # [B, T, n_heads, head_dim]
+        return self.wo(out.reshape(batch, seq_len, c.n_heads * c.head_dim))
+
+
+class SwiGLU(nnx.Module):
+    """MLP with a SiLU-gated linear unit: w_down(silu(w_gate x) * w_up x)."""
+
+    def __init__(self, config: LlamaConfig, rngs: nnx.Rngs):
+        out_std = INIT_STD / math.sqrt(2 * config.n_layers)
+        self.w_gate = _dense(config.d_model, config.d_ff, INIT_STD, rngs)
+        self.w_up = _dense(config.d_model, config.d_ff, INIT_STD, rngs)
+        self.w_down = _dense(config.d_ff, config.d_model, out_std, rngs)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return self.w_down(jax.nn.silu(self.w_gate(x)) * self.w_up(x))
+
+
+class Block(nnx.Module):
+    """Pre-norm transformer block."""
+
+    def __init__(self, config: LlamaConfig, rngs: nnx.Rngs):
+        self.attn_norm = nnx.RMSNorm(config.d_model, epsilon=config.norm_eps, rngs=rngs)
+        self.attn = Attention(config, rngs)
+        self.mlp_norm = nnx.RMSNorm(config.d_model, epsilon=config.norm_eps, rngs=rngs)
+        self.mlp = SwiGLU(config, rngs)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        x = x + self.attn(self.attn_norm(x))
+        return x + self.mlp(self.mlp_norm(x))
+
+
+class Llama(nnx.Module):
+    """Decoder-only language model: tokens int32[B, T] -> next-token logits float32[B, T, V]."""
+
+    def __init__(self, config: LlamaConfig, rngs: nnx.Rngs):
+        self.config = config
+        self.embed = nnx.Embed(
+            config.vocab_size, config.d_model, embedding_init=nnx.initializers.normal(INIT_STD), rngs=rngs
+        )
+        self.blocks = nnx.List([Block(config, rngs) for _ in range(config.n_layers)])
+        self.final_norm = nnx.RMSNorm(config.d_model, epsilon=config.norm_eps, rngs=rngs)
+        self.lm_head = (
+            None if config.tie_embeddings else _dense(config.d_model, config.vocab_size, INIT_STD, rngs)
+        )
+
+    def __call__(self, tokens: jax.Array) -> jax.Array:
+        x = self.embed(tokens)
+        for block in self.blocks:
+            x = block(x)
+        x = self.final_norm(x)
+        logits = self.embed.attend(x) if self.lm_head is None else self.lm_head(x)
+        return logits.astype(jnp.float32)

@@ -1,0 +1,139 @@
+import gzip
+import random
+import re
+
+import numpy as np
+import pytest
+from pydantic import ValidationError
+
+from marin_pipelines.text.deduplicated_text import DedupConfig, MinHasher, deduplicate
+from marin_pipelines.text.extracted_text import extract_text
+
+PAGES = [
+    "theguardian.com.academics",
+    "dw.com.colonial",
+    "nature.com.telescope",
+    "stackoverflow.com.rust",
+    "nationalgeographic.co.uk.goats",
+    "reuters.com.parasite",
+    "spiegel.de.albtraum",
+    "github.blog.spiceland",
+]
+
+
+@pytest.fixture(scope="module")
+def pages(shared_data) -> dict[str, dict]:
+    raw = [
+        {
+            "id": name,
+            "url": f"https://{name}/",
+            "html": gzip.decompress((shared_data / "web-pages" / f"{name}.html.gz").read_bytes()),
+        }
+        for name in PAGES
+    ]
+    return {doc["id"]: doc for doc, reason in extract_text(raw) if reason is None}
+
+
+def _copy(doc: dict, new_id: str, text: str | None = None) -> dict:
+    return {
+        **doc,
+        "id": new_id,
+        "url": f"https://mirror.example/{new_id}",
+        "text": doc["text"] if text is None else text,
+    }
+
+
+def _near_copy(text: str, seed: int = 0) -> str:
+    """About one word in a hundred replaced: a near duplicate as mirrors and scrapers produce them."""
+    rng = random.Random(seed)
+    words = text.split(" ")
+    for i in rng.sample(range(len(words)), len(words) // 100):
+        words[i] = "banana"
+    return " ".join(words)
+
+
+def _jaccard(a: str, b: str, n: int = 5) -> float:
+    def grams(text: str) -> set:
+        w = re.findall(r"\w+", text.lower())
+        return {tuple(w[i : i + n]) for i in range(len(w) - n + 1)}
+
+    return len(grams(a) & grams(b)) / len(grams(a) | grams(b))
+
+
+def _reasons(docs: list[dict], config: DedupConfig | None = None) -> dict[str, str | None]:
+    return {doc["id"]: reason for doc, reason in deduplicate(docs, config)}
+
+
+def test_distinct_pages_are_all_kept(pages):
+    decisions = list(deduplicate(pages.values()))
+    assert [reason for _, reason in decisions] == [None] * len(pages)
+    assert [doc["text"] for doc, _ in decisions] == [doc["text"] for doc in pages.values()]
+
+
+def test_planted_exact_and_near_duplicates_are_removed(pages):
+    guardian, dw = pages["theguardian.com.academics"], pages["dw.com.colonial"]
+    near_text = _near_copy(dw["text"])
+    assert 0.85 <= _jaccard(near_text, dw["text"]) <= 0.95
+    docs = [*pages.values(), _copy(guardian, "exact"), _copy(dw, "near", near_text)]
+    reasons = _reasons(docs)
+    assert reasons["exact"] == "exact_duplicate" and reasons["near"] == "near_duplicate"
+    assert all(reasons[name] is None for name in pages)
+
+
+def test_first_copy_in_stream_order_wins(pages):
+    dw = pages["dw.com.colonial"]
+    near = _copy(dw, "near", _near_copy(dw["text"]))
+    assert _reasons([near, dw]) == {"near": None, "dw.com.colonial": "near_duplicate"}
+    assert _reasons([dw, near]) == {"dw.com.colonial": None, "near": "near_duplicate"}
+
+
+def test_seen_paragraphs_are_dropped_from_later_documents(pages):
+    guardian = pages["theguardian.com.academics"]
+    quoted = guardian["text"].split("\n\n")[4]
+    assert len(quoted) > 200
+    text = (
+        "A new introduction that nobody has written before.\n\n"
+        + quoted.upper()
+        + "\n\nA closing remark, also new."
+    )
+    decisions = list(deduplicate([guardian, _copy(guardian, "quote", text)]))
+    doc, reason = decisions[1]
+    assert reason is None  # normalised (case-insensitive) match removed; the rest stays
+    assert doc["text"] == "A new introduction that nobody has written before.\n\nA closing remark, also new."
+    repeated = "Same line here.\nSame line here.\nAnother line."
+    assert next(deduplicate([_copy(guardian, "r", repeated)]))[0]["text"] == repeated  # within one doc: kept
+
+
+def test_switches(pages):
+    dw = pages["dw.com.colonial"]
+    near, exact = _copy(dw, "near", _near_copy(dw["text"])), _copy(dw, "exact")
+    assert _reasons([dw, near], DedupConfig(fuzzy=False)) == {"dw.com.colonial": None, "near": None}
+    assert _reasons([dw, exact], DedupConfig(exact_paragraphs=False))["exact"] == "near_duplicate"
+
+
+def test_signatures_estimate_jaccard_and_are_reproducible(pages):
+    hasher = MinHasher(DedupConfig())
+    dw, guardian = pages["dw.com.colonial"]["text"], pages["theguardian.com.academics"]["text"]
+    near = _near_copy(dw, seed=3)
+    signature = hasher.signature(dw)
+    assert signature.shape == (14 * 8,) and signature.dtype == np.uint64
+    assert np.array_equal(signature, MinHasher(DedupConfig()).signature(dw))
+    assert not np.array_equal(signature, MinHasher(DedupConfig(seed=2)).signature(dw))
+    agreement = float(np.mean(signature == hasher.signature(near)))
+    assert abs(agreement - _jaccard(dw, near)) < 0.1
+    assert float(np.mean(signature == hasher.signature(guardian))) < 0.05
+    assert len(hasher.band_keys(signature)) == 14
+
+
+def test_short_texts_are_one_shingle():
+    hasher = MinHasher(DedupConfig())
+    assert len(hasher.shingles("Just three words")) == 1
+    assert len(hasher.shingles("")) == 0
+    assert np.array_equal(hasher.signature("Just THREE words!"), hasher.signature("just three words"))
+
+
+def test_config_validation():
+    with pytest.raises(ValidationError, match="bands"):
+        DedupConfig(bands=0)
+    with pytest.raises(ValidationError, match="ngram"):
+        DedupConfig(ngram=0)
