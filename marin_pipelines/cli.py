@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 import time
@@ -32,27 +33,23 @@ def run_demo(warc_root: str | None, store_root: str | None) -> int:
     from dagster import DagsterInstance
 
     from marin_pipelines.experiments.demo import demo
-    from marin_pipelines.jobs.local import Materialized, materialize_experiment
+    from marin_pipelines.jobs.local import materialize_experiment
     from marin_pipelines.summary import experiment_summary
 
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    logging.getLogger("marin_pipelines").setLevel(logging.INFO)
     experiment = demo(warc_root)
     instance = DagsterInstance.get() if os.environ.get("DAGSTER_HOME") else DagsterInstance.ephemeral()
     started = time.time()
 
-    def report(m: Materialized) -> None:
-        where = f" [{m.partition}]" if m.partition else ""
-        print(f"{'reused  ' if m.reused else 'computed'} {m.asset}{where}", flush=True)
-
     try:
-        done = materialize_experiment(experiment, store_root, instance, on_asset=report)
+        run = materialize_experiment(experiment, store_root, instance)
     except Exception as e:  # a failed step: say what failed and why, not Dagster's wrapper around it
         cause = _root_cause(e)
         print(f"marin-pipelines: demo failed: {type(cause).__name__}: {cause}", file=sys.stderr)
         return 1
-    reused = sum(m.reused for m in done)
-    root = store_root or default_store_root()
-    print(experiment_summary(experiment, root, len(done) - reused, reused, time.time() - started))
-    return 0
+    print(experiment_summary(experiment, store_root or default_store_root(), run, time.time() - started))
+    return 0 if run.checks_passed else 1
 
 
 def _root_cause(error: BaseException) -> BaseException:

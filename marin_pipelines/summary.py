@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+from collections import Counter
+from typing import TYPE_CHECKING
+
 from marin_pipelines.experiment import Experiment
 from marin_pipelines.store import Artifact, ArtifactStore
+
+if TYPE_CHECKING:
+    from marin_pipelines.jobs.local import ExperimentRun
 
 DOCUMENT_STAGES = ("web_documents", "extracted_text", "filtered_text", "deduplicated_text", "curated_text")
 
 
-def experiment_summary(
-    experiment: Experiment, store_root: str, computed: int, reused: int, seconds: float
-) -> str:
+def experiment_summary(experiment: Experiment, store_root: str, run: ExperimentRun, seconds: float) -> str:
     store = ArtifactStore(store_root)
     versions = experiment.versions
 
@@ -20,17 +24,17 @@ def experiment_summary(
             raise FileNotFoundError(f"{experiment.name}/{stage} has no complete output under {store_root}")
         return artifact
 
-    work = (
-        "nothing recomputed, every output reused"
-        if computed == 0
-        else f"{computed} computed, {reused} reused"
-    )
-    lines = [f"== {experiment.name}: {computed + reused} assets materialised in {seconds:.1f} s ({work})"]
+    total, reused = len(run.materialized), run.reused
+    work = "nothing recomputed, every output reused" if reused == total else f"{total - reused} computed"
+    lines = [f"== {experiment.name}: {total} assets materialised in {seconds:.1f} s ({work})"]
     lines.append(f"   outputs under {store.root}")
     lines.append("documents per stage (in -> kept; removed by reason):")
     for stage in DOCUMENT_STAGES:
         funnel = get(stage).metadata["funnel"]
-        reasons = ", ".join(f"{r} {n}" for r, n in sorted(funnel["removed"].items(), key=lambda x: -x[1]))
+        by_family = Counter()  # "gopher_repetition:dup_5_gram" counts under gopher_repetition
+        for reason, n in funnel["removed"].items():
+            by_family[reason.split(":")[0]] += n
+        reasons = ", ".join(f"{family} {n}" for family, n in by_family.most_common())
         lines.append(f"  {stage:<18} {funnel['docs_in']:>6} -> {funnel['docs_out']:>6}   {reasons or '-'}")
     cache = get("tokenized_cache").metadata
     lines.append(
@@ -45,10 +49,8 @@ def experiment_summary(
     lines.append(f"eval: validation loss {evals['loss']:.3f}, bits-per-byte {evals['bits_per_byte']:.3f}")
     law = get("scaling_law").metadata
     lines.append("scaling ladder (validation loss):")
-    for run in law["runs"]:
-        lines.append(
-            f"  {run['run']:<14} N={run['params']:>9,}  D={run['tokens']:>9,}  loss {run['loss']:.3f}"
-        )
+    for r in law["runs"]:
+        lines.append(f"  {r['run']:<14} N={r['params']:>9,}  D={r['tokens']:>9,}  loss {r['loss']:.3f}")
     fit = f"L = {law['A']:.3g} * N^-{law['alpha']:.3f} * D^-{law['beta']:.3f}"
     lines.append(f"fitted law: {fit}  (R^2 {law['r2']:.3f}, N non-embedding params, D tokens)")
     main = law["main_run"]
@@ -56,4 +58,7 @@ def experiment_summary(
         f"main run predicted from the ladder: loss {main['predicted_loss']:.3f}, actual {main['loss']:.3f} "
         f"({100 * main['relative_error']:+.1f}%)"
     )
+    failed = run.failed_checks
+    passed = len(run.checks) - len(failed)
+    lines.append(f"asset checks: {passed} passed" + (f", FAILED: {failed}" if failed else ""))
     return "\n".join(lines)

@@ -6,8 +6,9 @@ output of the same version, atomic writes, metadata (counts, bytes, wall time, f
 asset checks.
 """
 
-
 import base64
+import logging
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -29,6 +30,7 @@ from marin_pipelines.experiment import Experiment
 from marin_pipelines.resources.store import VERSION_KEY
 from marin_pipelines.store import Artifact
 
+log = logging.getLogger(__name__)
 Check = Callable[[Artifact], tuple[bool, dict[str, Any]]]  # artifact -> (passed, metadata)
 
 
@@ -73,13 +75,17 @@ def stage_asset(
             partition = context.partition_key if context.has_partition_key else None
             artifact = store.get(key.path, version, partition)
             reused = artifact is not None
+            name = key.to_user_string() + (f" [{partition}]" if partition else "")
             if artifact is not None:
-                context.log.info(f"reused {artifact.path}: version {version} is complete, nothing recomputed")
+                _say(context, f"{name}: reused version {version}, nothing recomputed ({artifact.path})")
             else:
+                _say(context, f"{name}: computing version {version}")
+                started = time.perf_counter()
                 with store.write(key.path, version, partition, experiment.stage_config(stage)) as pending:
                     build(pending, **upstream)
                 artifact = store.get(key.path, version, partition)
                 assert artifact is not None
+                _say(context, f"{name}: done in {time.perf_counter() - started:.1f} s ({artifact.path})")
             yield Output(artifact, metadata=dagster_metadata(artifact, reused))
             for name, check in checks.items():
                 passed, check_metadata = check(artifact)
@@ -88,6 +94,12 @@ def stage_asset(
         return compute
 
     return decorator
+
+
+def _say(context: AssetExecutionContext, message: str) -> None:
+    """To the run's event log (UI) and to the terminal of `make demo` (python logging)."""
+    context.log.info(message)
+    log.info(message)
 
 
 def dagster_metadata(artifact: Artifact, reused: bool) -> dict[str, Any]:

@@ -2,7 +2,6 @@
 
 from dagster import AssetSelection, define_asset_job
 
-from marin_pipelines.assets.train import ladder_partitions
 from marin_pipelines.experiment import Experiment
 
 LADDER_STAGES = ("ladder_checkpoint", "ladder_eval_results")
@@ -29,7 +28,6 @@ def experiment_jobs(experiment: Experiment) -> list:
         define_asset_job(
             f"{name}_ladder",
             selection=ladder_selection(experiment),
-            partitions_def=ladder_partitions(experiment),
             description="One scaling-ladder run; backfill all partitions to run the ladder.",
         ),
         define_asset_job(

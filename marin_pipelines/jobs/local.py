@@ -5,7 +5,6 @@ This is what `make demo` and the end-to-end tests run; the UI runs the same asse
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from dagster import AssetSelection, DagsterInstance, ExecuteInProcessResult, materialize
@@ -16,7 +15,8 @@ from marin_pipelines.experiment import Experiment
 from marin_pipelines.jobs import ladder_selection, pipeline_selection
 from marin_pipelines.resources import default_resources
 
-INFO_LOGS = {"loggers": {"console": {"config": {"log_level": "INFO"}}}}
+# Dagster's console logger would print a failed step's whole traceback; the caller gets the error instead.
+QUIET = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
 
 
 @dataclass
@@ -29,12 +29,36 @@ class Materialized:
     metadata: dict = field(default_factory=dict)
 
 
+@dataclass
+class CheckOutcome:
+    asset: str
+    check: str
+    passed: bool
+
+
+@dataclass
+class ExperimentRun:
+    materialized: list[Materialized] = field(default_factory=list)
+    checks: list[CheckOutcome] = field(default_factory=list)
+
+    @property
+    def reused(self) -> int:
+        return sum(m.reused for m in self.materialized)
+
+    @property
+    def failed_checks(self) -> list[str]:
+        return [f"{c.asset}:{c.check}" for c in self.checks if not c.passed]
+
+    @property
+    def checks_passed(self) -> bool:
+        return not self.failed_checks
+
+
 def materialize_experiment(
     experiment: Experiment,
     store_root: str | None = None,
     instance: DagsterInstance | None = None,
-    on_asset: Callable[[Materialized], None] = lambda m: None,
-) -> list[Materialized]:
+) -> ExperimentRun:
     """Run the pipeline, then each ladder partition, then the scaling law; stop at the first failure."""
     assets = experiment_assets(experiment)
     resources = default_resources(store_root)
@@ -43,7 +67,7 @@ def materialize_experiment(
         (ladder_selection(experiment), key) for key in ladder_partitions(experiment).get_partition_keys()
     ]
     runs.append((AssetSelection.assets([experiment.name, "scaling_law"]), None))
-    done: list[Materialized] = []
+    report = ExperimentRun()
     for selection, partition in runs:
         result = materialize(
             assets,
@@ -51,12 +75,14 @@ def materialize_experiment(
             partition_key=partition,
             instance=instance,
             resources=resources,
-            run_config=INFO_LOGS,
+            run_config=QUIET,
         )
-        for m in _materialized(result):
-            on_asset(m)
-            done.append(m)
-    return done
+        report.materialized += _materialized(result)
+        report.checks += [
+            CheckOutcome(e.asset_key.to_user_string(), e.check_name, e.passed)
+            for e in result.get_asset_check_evaluations()
+        ]
+    return report
 
 
 def _materialized(result: ExecuteInProcessResult) -> list[Materialized]:

@@ -1,6 +1,5 @@
 """The artifact store as Dagster resources: where outputs live, and how assets hand them on."""
 
-
 from dagster import (
     ConfigurableIOManager,
     ConfigurableResource,

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -31,6 +32,7 @@ from tqdm.auto import tqdm
 from marin_pipelines.train.model import Llama, LlamaConfig
 
 logger = logging.getLogger(__name__)
+REFRESH = 0.5 if sys.stderr.isatty() else 30.0  # seconds between progress lines; logs are not terminals
 
 PARAMS_FILE = "params.npz"
 MODEL_FILE = "model.json"
@@ -158,7 +160,9 @@ def train(
     start = last = time.perf_counter()
     with (
         (out_dir / METRICS_FILE).open("w") as metrics_file,
-        tqdm(range(config.steps), desc="train", unit="step", disable=not progress) as bar,
+        tqdm(
+            range(config.steps), desc="train", unit="step", disable=not progress, mininterval=REFRESH
+        ) as bar,
     ):
         for step in bar:
             batch = _check_batch(batch_fn(step), step, batch_shape, model_config.vocab_size)

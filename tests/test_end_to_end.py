@@ -1,0 +1,90 @@
+"""The whole asset graph, materialised in process on a tiny crawl: the same path `make demo` takes."""
+
+import pytest
+from dagster import DagsterInstance
+
+from marin_pipelines.cli import main
+from marin_pipelines.experiment import STAGES, Experiment
+from marin_pipelines.jobs.local import materialize_experiment
+from marin_pipelines.store import ArtifactStore
+
+TINY = dict(
+    name="tiny",
+    crawl={"demo": {"pydoc_modules": ["json", "heapq", "bisect", "textwrap", "shlex"], "n_files": 2}},
+    quality={"bucket": 10_000, "epoch": 5},
+    curation={"top_fraction": 0.9},
+    tokenizer={"vocab_size": 512},
+    cache={"validation_fraction": 0.1},
+    model={"size": "nano", "seq_len": 32},
+    train={"steps": 30, "batch_size": 8, "warmup_steps": 3, "log_every": 5},
+    eval_batch_size=8,
+    ladder={"sizes": ["nano", "micro"], "budgets": [3e9, 1e10], "batch_size": 8},
+)
+LADDER_RUNS = 4
+
+
+@pytest.fixture(scope="module")
+def graph(tmp_path_factory):
+    """One materialisation of everything, shared by the tests below."""
+    root = str(tmp_path_factory.mktemp("store"))
+    experiment = Experiment.build(**TINY)
+    instance = DagsterInstance.ephemeral()
+    return experiment, root, instance, materialize_experiment(experiment, root, instance)
+
+
+def test_every_asset_is_materialised_and_every_check_passes(graph):
+    experiment, root, _, run = graph
+    unpartitioned = len(STAGES) - 2
+    assert len(run.materialized) == unpartitioned + 2 * LADDER_RUNS
+    assert run.reused == 0
+    assert run.checks and all(c.passed for c in run.checks), run.checks
+    checked = {c.asset for c in run.checks}
+    for stage in ("web_documents", "extracted_text", "filtered_text", "deduplicated_text", "curated_text"):
+        assert f"tiny/{stage}" in checked
+    store = ArtifactStore(root)
+    for stage, version in experiment.versions.items():
+        if not stage.startswith("ladder_"):
+            assert store.get(["tiny", stage], version) is not None, stage
+
+
+def test_stages_do_their_real_job(graph):
+    experiment, root, _, run = graph
+    meta = {m.asset: m.metadata for m in run.materialized if m.partition is None}
+    assert meta["tiny/filtered_text"]["docs_removed"] > 0
+    assert meta["tiny/deduplicated_text"]["docs_removed"] > 0  # the planted duplicates
+    ckpt = meta["tiny/checkpoint"]
+    assert ckpt["final_loss"] < ckpt["initial_loss"] - 0.5
+    assert 0 < meta["tiny/eval_results"]["bits_per_byte"] < 10
+    law = meta["tiny/scaling_law"]
+    assert law["n_runs"] == LADDER_RUNS and len(law["runs"]) == LADDER_RUNS
+    assert "data:image/png;base64," in ckpt["loss_curve"] and "data:image/png;base64," in law["scaling_law"]
+
+
+def test_second_run_recomputes_nothing(graph):
+    experiment, root, instance, first = graph
+    again = materialize_experiment(experiment, root, instance)
+    assert len(again.materialized) == len(first.materialized)
+    assert again.reused == len(again.materialized)
+    assert all(c.passed for c in again.checks)
+
+
+def test_missing_crawl_folder_is_a_clear_error(tmp_path, capsys):
+    assert main(["demo", "--warc-root", str(tmp_path / "nowhere"), "--store-root", str(tmp_path)]) != 0
+    err = capsys.readouterr().err
+    assert "nowhere" in err and "Traceback" not in err
+
+
+def test_empty_crawl_folder_is_a_clear_error(tmp_path, capsys):
+    (tmp_path / "crawl").mkdir()
+    assert main(["demo", "--warc-root", str(tmp_path / "crawl"), "--store-root", str(tmp_path)]) != 0
+    err = capsys.readouterr().err
+    assert "crawl" in err and "WARC" in err.upper() and "Traceback" not in err
+    assert not list((tmp_path / "demo").rglob("manifest.json"))  # nothing half-written survives
+
+
+def test_definitions_load_for_the_ui():
+    from marin_pipelines.definitions import defs
+
+    keys = {key.to_user_string() for key in defs.resolve_asset_graph().get_all_asset_keys()}
+    assert keys == {f"demo/{stage}" for stage in STAGES}
+    assert {job.name for job in defs.jobs} >= {"demo_pipeline", "demo_ladder", "demo_scaling_law"}
