@@ -1,4 +1,4 @@
-"""`marin-pipelines`: the command line, a thin caller of the same assets and core library."""
+"""`marin-pipelines demo`: materialise the whole demo experiment in this process and summarise it."""
 
 from __future__ import annotations
 
@@ -8,25 +8,14 @@ import os
 import sys
 import time
 
-from marin_pipelines.experiment import ExperimentError, default_store_root
+from marin_pipelines.experiment import default_store_root
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="marin-pipelines", description=__doc__)
-    commands = parser.add_subparsers(dest="command", required=True)
-    demo = commands.add_parser(
-        "demo", help="materialise the whole demo graph in this process, then summarise"
-    )
+def register(subparsers: argparse._SubParsersAction) -> None:
+    demo = subparsers.add_parser("demo", help="materialise the whole demo graph here, then summarise")
     demo.add_argument("--warc-root", help="folder of WARC/ARC files (default: build the embedded demo crawl)")
     demo.add_argument("--store-root", default=None, help="where outputs go (default: .marin/store)")
-    args = parser.parse_args(argv)
-    try:
-        if args.command == "demo":
-            return run_demo(args.warc_root, args.store_root)
-    except (ExperimentError, FileNotFoundError, ValueError) as e:
-        print(f"marin-pipelines: error: {e}", file=sys.stderr)
-        return 2
-    return 1
+    demo.set_defaults(run=lambda args: run_demo(args.warc_root, args.store_root))
 
 
 def run_demo(warc_root: str | None, store_root: str | None) -> int:
@@ -58,7 +47,3 @@ def _root_cause(error: BaseException) -> BaseException:
         error = error.__cause__
         user = getattr(error, "user_exception", None)
     return user or error
-
-
-if __name__ == "__main__":
-    sys.exit(main())
