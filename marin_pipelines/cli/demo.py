@@ -7,6 +7,8 @@ import logging
 import os
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from marin_pipelines.experiment import default_store_root
 
@@ -25,20 +27,35 @@ def run_demo(warc_root: str | None, store_root: str | None) -> int:
     from marin_pipelines.jobs.local import materialize_experiment
     from marin_pipelines.summary import experiment_summary
 
-    logging.basicConfig(level=logging.WARNING, format="%(message)s")
-    logging.getLogger("marin_pipelines").setLevel(logging.INFO)
     experiment = demo(warc_root)
     instance = DagsterInstance.get() if os.environ.get("DAGSTER_HOME") else DagsterInstance.ephemeral()
     started = time.time()
 
     try:
-        run = materialize_experiment(experiment, store_root, instance)
+        with progress_to_stderr():
+            run = materialize_experiment(experiment, store_root, instance)
     except Exception as e:  # a failed step: say what failed and why, not Dagster's wrapper around it
         cause = _root_cause(e)
         print(f"marin-pipelines: demo failed: {type(cause).__name__}: {cause}", file=sys.stderr)
         return 1
     print(experiment_summary(experiment, store_root or default_store_root(), run, time.time() - started))
     return 0 if run.checks_passed else 1
+
+
+@contextmanager
+def progress_to_stderr() -> Iterator[None]:
+    """Show the stages' progress lines on the terminal for this run only (not a global logging setup)."""
+    package = logging.getLogger("marin_pipelines")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    level = package.level
+    package.addHandler(handler)
+    package.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        package.removeHandler(handler)
+        package.setLevel(level)
 
 
 def _root_cause(error: BaseException) -> BaseException:
