@@ -25,6 +25,7 @@ from marin_pipelines.store import version_hash
 from marin_pipelines.text.deduplicated_text import DedupConfig
 from marin_pipelines.text.extracted_text import ExtractConfig
 from marin_pipelines.text.filtered_text import FilterConfig
+from marin_pipelines.tokenize.data_mixture import MixtureConfig
 from marin_pipelines.tokenize.tokenized_cache import CacheConfig
 from marin_pipelines.tokenize.tokenizer import TokenizerConfig
 from marin_pipelines.train.checkpoint import TrainConfig
@@ -74,6 +75,9 @@ class Experiment(BaseModel):
     curation: CurationConfig = CurationConfig(top_fraction=0.8)
     tokenizer: TokenizerConfig = TokenizerConfig()
     cache: CacheConfig = CacheConfig()
+    data_mixture: MixtureConfig = Field(
+        MixtureConfig(), description="token caches and their weights in every training batch"
+    )
     model: ModelChoice = ModelChoice()
     train: TrainConfig = TrainConfig()
     eval_batch_size: int = Field(16, ge=1)
@@ -142,10 +146,10 @@ STAGES: dict[str, Stage] = {
     "quality_scores": Stage(("deduplicated_text",), ("quality",)),
     "curated_text": Stage(("deduplicated_text", "quality_scores"), ("curation",)),
     "tokenizer": Stage(("curated_text",), ("tokenizer",)),
-    "tokenized_cache": Stage(("curated_text", "tokenizer"), ("cache",)),
-    "checkpoint": Stage(("tokenized_cache",), ("model", "train")),
+    "tokenized_cache": Stage(("curated_text", "tokenizer"), ("cache",), revision=2),
+    "checkpoint": Stage(("tokenized_cache",), ("model", "train", "data_mixture")),
     "eval_results": Stage(("checkpoint", "tokenized_cache", "tokenizer"), ("eval_batch_size",)),
-    "ladder_checkpoint": Stage(("tokenized_cache",), ("model", "train", "ladder")),
+    "ladder_checkpoint": Stage(("tokenized_cache",), ("model", "train", "ladder", "data_mixture")),
     "ladder_eval_results": Stage(("ladder_checkpoint", "tokenized_cache", "tokenizer"), ("eval_batch_size",)),
     "scaling_law": Stage(("ladder_eval_results", "eval_results"), ("ladder",)),
 }

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from dagster import AssetsDefinition
 
 from marin_pipelines.assets.stage import stage_asset
@@ -23,11 +25,21 @@ def tokenize_assets(experiment: Experiment) -> list[AssetsDefinition]:
 
     @stage_asset(experiment, "tokenized_cache", group="tokenize", ins=("curated_text", "tokenizer"))
     def tokenized_cache(out: PendingArtifact, curated_text: Artifact, tokenizer: Artifact) -> None:
-        """Train / validation token streams (split by document hash), memory-mapped for O(1) access."""
+        """Train / validation token shards (split by document hash) with O(1) random access."""
+        # finished chunks survive a killed run here, beside the artifact, keyed by its version
+        work_dir = out.path.with_name(f".{experiment.versions['tokenized_cache']}.work")
         tok = load_tokenizer(tokenizer.path)
-        summary = build_cache(read_documents(curated_text.path), tok, out.path, experiment.cache)
-        out.metadata.update(vocab_size=summary["vocab_size"], dtype=summary["dtype"])
-        for split, counts in summary["splits"].items():
-            out.metadata.update({f"{split}_{name}": n for name, n in counts.items()})
+        build = build_cache(
+            [str(curated_text.path)], tok, out.path, experiment.cache, work_dir, os.cpu_count() or 1
+        )
+        info = build.info
+        out.metadata.update(
+            vocab_size=info["vocab_size"], dtype=info["dtype"], chunks_reused=build.chunks_reused
+        )
+        for split, counts in info["splits"].items():
+            out.metadata.update(
+                {f"{split}_{name}": counts[name] for name in ("documents", "tokens", "text_bytes")}
+            )
+            out.metadata[f"{split}_shards"] = len(counts["shards"])
 
     return [tokenizer, tokenized_cache]

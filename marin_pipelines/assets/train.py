@@ -10,7 +10,7 @@ from dagster import AssetsDefinition, MultiPartitionsDefinition, StaticPartition
 from marin_pipelines.assets.stage import stage_asset
 from marin_pipelines.experiment import Experiment
 from marin_pipelines.store import Artifact, PendingArtifact
-from marin_pipelines.tokenize.tokenized_cache import SequenceLoader, TokenCache
+from marin_pipelines.tokenize.data_mixture import MixtureConfig, MixtureLoader
 from marin_pipelines.train.checkpoint import TrainConfig, train
 from marin_pipelines.train.model import LlamaConfig, preset
 
@@ -35,9 +35,11 @@ def loss_finite_and_falling(artifact: Artifact) -> tuple[bool, dict[str, Any]]:
     return math.isfinite(last) and last < first, {"initial_loss": first, "final_loss": last}
 
 
-def run_training(out: PendingArtifact, cache: Artifact, model: LlamaConfig, config: TrainConfig) -> None:
-    tokens = TokenCache(cache.path)
-    loader = SequenceLoader(tokens.train, model.seq_len, config.batch_size, config.seed)
+def run_training(
+    out: PendingArtifact, cache: Artifact, mixture: MixtureConfig, model: LlamaConfig, config: TrainConfig
+) -> None:
+    batch_size, seed = config.batch_size, config.seed
+    loader = MixtureLoader.from_config(mixture, str(cache.path), model.seq_len, batch_size, seed)
     summary = train(model, config, loader.batch, out.path)
     out.metadata.update(summary)
     out.metadata["plots"] = {"loss_curve": "loss_curve.png"}
@@ -51,7 +53,7 @@ def train_assets(experiment: Experiment) -> list[AssetsDefinition]:
     def checkpoint(out: PendingArtifact, tokenized_cache: Artifact) -> None:
         """A Llama-style model trained with JAX / Flax NNX / Optax on the tokenized cache."""
         model = preset(experiment.model.size, tokenized_cache.metadata["vocab_size"], seq_len)
-        run_training(out, tokenized_cache, model, experiment.train)
+        run_training(out, tokenized_cache, experiment.data_mixture, model, experiment.train)
 
     @stage_asset(
         experiment,
@@ -67,7 +69,7 @@ def train_assets(experiment: Experiment) -> list[AssetsDefinition]:
         budget = {budget_key(b): b for b in experiment.ladder.budgets}[budget_name]
         vocab_size = tokenized_cache.metadata["vocab_size"]
         run = experiment.ladder.run(size, budget, vocab_size, seq_len, experiment.train)
-        run_training(out, tokenized_cache, run.model, run.train)
+        run_training(out, tokenized_cache, experiment.data_mixture, run.model, run.train)
         out.metadata["budget_flops"] = budget
 
     return [checkpoint, ladder_checkpoint]

@@ -12,7 +12,7 @@ import sys
 
 from marin_pipelines.experiment import ExperimentError
 
-COMMANDS = ("demo",)
+COMMANDS = ("demo", "tokenize")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,41 +1,62 @@
-"""Token cache: documents as flat token-id files, and seeded fixed-length batches read from them.
+"""Token cache: train / validation shards of token ids with document offsets, built in parallel and resumably.
 
-``train.bin`` and ``validation.bin`` hold each document's tokens followed by EOS, as raw uint16 (or
-uint32 for vocabularies over 65,536 ids), so training memory-maps them and any batch is a few reads.
-A document's split is a hash of its id: the same document stays on the same side when the corpus
-grows or is re-processed, so validation text is never trained on.
+Layout of a cache directory::
+
+    cache.json                  the ledger: dtype, vocabulary, EOS, config, each split's shards and counts
+    tokenizer.json              the tokenizer that made it (a cache is usable on its own)
+    {split}/{chunk:05d}.bin     token ids, each document followed by EOS (uint16, or uint32 past 65,536 ids)
+    {split}/{chunk:05d}.ends    uint64 end offset of each document within the shard
+
+One input chunk (see ``text_sources``) makes one shard per split, so the concatenated stream does not
+depend on how many workers built it. A document's split is a hash of its id: the same document stays
+on the same side when the corpus grows or is re-processed, so validation text is never trained on.
+
+Resumption: each chunk's shards are written into a work folder, renamed into place, then a
+``{chunk}.json`` record is written last; a rerun (after a kill) keeps every chunk with a record and
+encodes only the rest. The finished cache is assembled from the work folder into ``out_dir``, which
+the caller makes visible atomically (the artifact store, or a rename).
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import multiprocessing
 import os
-from collections.abc import Iterable
-from functools import lru_cache
-from itertools import islice
+import shutil
+from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass
+from functools import cached_property
+from itertools import chain, islice
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
+import fsspec
 import numpy as np
 import xxhash
+from fsspec.implementations.local import LocalFileSystem
 from pydantic import BaseModel, ConfigDict, Field
 from tokenizers import Tokenizer
 
-from marin_pipelines.documents import Document
-from marin_pipelines.tokenize.tokenizer import EOS
+from marin_pipelines.store import version_hash
+from marin_pipelines.tokenize.text_sources import TextChunk, read_chunk, text_chunks
+from marin_pipelines.tokenize.tokenizer import BOS, EOS, TOKENIZER_FILE
 
+log = logging.getLogger(__name__)
 SPLITS = ("train", "validation")
 INFO_FILE = "cache.json"
+WORK_FILE = "build.json"
+ENCODE_BATCH = 512  # documents per encode_batch_fast call: enough for the tokenizer's threads
 
 
 class CacheConfig(BaseModel):
-    """Validation share and hash seed of the split, and how many documents are encoded per batch."""
+    """The validation share and the seed of the id hash that assigns each document's split."""
 
     model_config = ConfigDict(extra="forbid")
 
     validation_fraction: float = Field(0.05, gt=0, le=0.5, description="expected share of validation docs")
     seed: int = Field(0, ge=0, lt=1 << 64, description="seed of the id hash that assigns splits")
-    encode_batch_size: int = Field(1024, ge=1, description="documents per tokenizer.encode_batch call")
 
 
 def split_key(doc_id: str, seed: int) -> float:
@@ -48,131 +69,273 @@ def token_dtype(vocab_size: int) -> np.dtype:
     return np.dtype(np.uint16 if vocab_size <= 1 << 16 else np.uint32)
 
 
-class _SplitWriter:
-    """Appends documents' tokens (plus EOS) to one split's file and counts them."""
+@dataclass(frozen=True)
+class _Job:
+    """What a worker needs to encode one chunk into the work folder."""
 
-    def __init__(self, file: BinaryIO, dtype: np.dtype, eos_id: int):
-        self.file, self.dtype, self.eos_id = file, dtype, eos_id
-        self.documents = self.tokens = self.text_bytes = 0
+    chunk: TextChunk
+    index: int
+    tokenizer_json: str
+    work_dir: str
+    dtype: str
+    eos_id: int
+    validation_fraction: float
+    seed: int
 
-    def write(self, ids: list[int], text: str) -> None:
-        array = np.array([*ids, self.eos_id], dtype=self.dtype)
-        self.file.write(array.tobytes())
-        self.documents += 1
-        self.tokens += len(array)
-        self.text_bytes += len(text.encode("utf-8"))
 
-    def summary(self) -> dict[str, int]:
-        return {"documents": self.documents, "tokens": self.tokens, "text_bytes": self.text_bytes}
+@dataclass
+class CacheBuild:
+    """The ledger written as cache.json, and how many chunks this run encoded or found already done."""
+
+    info: dict[str, Any]
+    chunks_encoded: int
+    chunks_reused: int
 
 
 def build_cache(
-    docs: Iterable[Document], tokenizer: Tokenizer, out_dir: Path, config: CacheConfig
-) -> dict[str, Any]:
-    """Tokenize documents into ``out_dir`` (train.bin, validation.bin, then cache.json); returns cache.json.
+    inputs: list[str],
+    tokenizer: Tokenizer,
+    out_dir: Path,
+    config: CacheConfig,
+    work_dir: Path,
+    workers: int = 1,
+) -> CacheBuild:
+    """Tokenize the text files or folders ``inputs`` into the empty folder ``out_dir``.
 
-    A document goes to validation when ``split_key(id) < validation_fraction``. So that validation is
-    never empty when there are 2 or more documents, the train document with the smallest key is held
-    back and written last: to validation if no document got there by its key, else to train.
+    ``work_dir`` keeps finished chunks between runs (a rerun of the same build reuses them; a
+    different build clears it) and is removed once ``out_dir`` is complete. ``workers`` > 1 encodes
+    chunks in that many processes; the output is the same byte for byte.
     """
+    if workers < 1:
+        raise ValueError(f"workers must be >= 1, got {workers}")
     eos_id = tokenizer.token_to_id(EOS)
     if eos_id is None:
         raise ValueError(f"tokenizer has no {EOS!r} token, which ends every document")
     vocab_size = tokenizer.get_vocab_size(with_added_tokens=True)
-    dtype = token_dtype(vocab_size)
-    held: tuple[float, list[int], str] | None = None  # (key, ids, text) of the lowest-key train doc
-    docs = iter(docs)
-    with (
-        (out_dir / "train.bin").open("wb") as train_file,
-        (out_dir / "validation.bin").open("wb") as val_file,
-    ):
-        train, validation = _SplitWriter(train_file, dtype, eos_id), _SplitWriter(val_file, dtype, eos_id)
-        while batch := list(islice(docs, config.encode_batch_size)):
-            texts = [doc["text"] for doc in batch]
-            encodings = tokenizer.encode_batch(texts, add_special_tokens=False)
-            for doc, text, encoding in zip(batch, texts, encodings, strict=True):
-                key = split_key(doc["id"], config.seed)
-                if key < config.validation_fraction:
-                    validation.write(encoding.ids, text)
-                elif held is None or key < held[0]:
-                    if held is not None:
-                        train.write(*held[1:])
-                    held = (key, encoding.ids, text)
-                else:
-                    train.write(encoding.ids, text)
-        if held is None and validation.documents == 0:
-            raise ValueError("no documents to tokenize")
-        if held is not None:
-            to_validation = validation.documents == 0 and train.documents > 0
-            (validation if to_validation else train).write(*held[1:])
-    info = {
-        "dtype": dtype.name,
+    chunks = text_chunks(inputs)
+    tokenizer_json = tokenizer.to_str()
+    fingerprint = version_hash([tokenizer_json, config.model_dump(), [asdict(c) for c in chunks]])
+    _prepare_work_dir(work_dir, fingerprint)
+    jobs = [
+        _Job(c, i, tokenizer_json, str(work_dir), token_dtype(vocab_size).name, eos_id, **config.model_dump())
+        for i, c in enumerate(chunks)
+    ]
+    records = {i: _read_record(work_dir, i) for i in range(len(jobs))}
+    todo = [job for job in jobs if records[job.index] is None]
+    log.info(f"tokenizing {len(todo)} of {len(jobs)} chunks ({len(jobs) - len(todo)} already done)")
+    for record in _encode_all(todo, workers):
+        records[record["index"]] = record
+    info = _assemble(records, work_dir, out_dir, config, vocab_size, eos_id)
+    info.update(bos_id=tokenizer.token_to_id(BOS), tokenizer_hash=xxhash.xxh64_hexdigest(tokenizer_json.encode()))
+    (out_dir / TOKENIZER_FILE).write_text(tokenizer_json)
+    (out_dir / INFO_FILE).write_text(json.dumps(info, indent=2))
+    shutil.rmtree(work_dir, ignore_errors=True)
+    return CacheBuild(info, chunks_encoded=len(todo), chunks_reused=len(jobs) - len(todo))
+
+
+def _prepare_work_dir(work_dir: Path, fingerprint: str) -> None:
+    """Keep the work folder of the same build, start afresh for any other."""
+    marker = work_dir / WORK_FILE
+    if marker.is_file() and json.loads(marker.read_text()).get("fingerprint") == fingerprint:
+        return
+    shutil.rmtree(work_dir, ignore_errors=True)
+    for split in SPLITS:
+        (work_dir / split).mkdir(parents=True)
+    _write_atomic(marker, json.dumps({"fingerprint": fingerprint}).encode())
+
+
+def _read_record(work_dir: Path, index: int) -> dict[str, Any] | None:
+    path = work_dir / f"{index:05d}.json"
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def _encode_all(jobs: list[_Job], workers: int) -> Iterator[dict[str, Any]]:
+    """Records of the encoded chunks: here (one process, the tokenizer's own threads), or in a pool."""
+    if workers == 1 or len(jobs) <= 1:
+        yield from map(_encode_chunk, jobs)
+        return
+    context = multiprocessing.get_context("spawn")  # no fork of a threaded parent (Dagster, JAX)
+    with ProcessPoolExecutor(min(workers, len(jobs)), context, initializer=_one_thread) as pool:
+        yield from pool.map(_encode_chunk, jobs)
+
+
+def _one_thread() -> None:
+    """Workers are the parallelism: one tokenizer thread each, no oversubscription."""
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+
+
+def _encode_chunk(job: _Job) -> dict[str, Any]:
+    """Encode one chunk into its shards in the work folder; the record is written last."""
+    tokenizer = Tokenizer.from_str(job.tokenizer_json)
+    tokenizer.encode_special_tokens = True  # text is data: a literal EOS string is not the EOS id
+    dtype = np.dtype(job.dtype)
+    work = Path(job.work_dir)
+    counts = {split: {"documents": 0, "tokens": 0, "text_bytes": 0} for split in SPLITS}
+    files = {split: (work / split / f".{job.index:05d}.tmp-{os.getpid()}") for split in SPLITS}
+    with files["train"].open("wb") as train_file, files["validation"].open("wb") as val_file:
+        outs = {"train": train_file, "validation": val_file}
+        ends: dict[str, list[np.ndarray]] = {split: [] for split in SPLITS}
+        docs = read_chunk(job.chunk)
+        while batch := list(islice(docs, ENCODE_BATCH)):
+            texts = [text for _, text in batch]
+            ids = [encoding.ids for encoding in tokenizer.encode_batch_fast(texts, add_special_tokens=False)]
+            lengths = np.fromiter(map(len, ids), np.int64, len(ids)) + 1  # + EOS
+            tokens = np.full(int(lengths.sum()), job.eos_id, dtype)
+            is_text = np.ones(len(tokens), bool)
+            is_text[np.cumsum(lengths) - 1] = False
+            tokens[is_text] = np.fromiter(chain.from_iterable(ids), dtype, len(tokens) - len(ids))
+            text_bytes = np.fromiter((len(t.encode("utf-8")) for t in texts), np.int64, len(texts))
+            to_val = np.array([split_key(doc_id, job.seed) < job.validation_fraction for doc_id, _ in batch])
+            for split, chosen in (("train", ~to_val), ("validation", to_val)):
+                if not chosen.any():
+                    continue
+                part = tokens if chosen.all() else tokens[np.repeat(chosen, lengths)]
+                outs[split].write(part.tobytes())
+                c = counts[split]
+                ends[split].append(c["tokens"] + np.cumsum(lengths[chosen]).astype(np.uint64))
+                c["documents"] += int(chosen.sum())
+                c["tokens"] += len(part)
+                c["text_bytes"] += int(text_bytes[chosen].sum())
+    for split in SPLITS:
+        final = work / split / f"{job.index:05d}"
+        if counts[split]["documents"]:
+            os.replace(files[split], final.with_suffix(".bin"))
+            _write_atomic(final.with_suffix(".ends"), np.concatenate(ends[split]).tobytes())
+        else:
+            files[split].unlink()
+    record = {"index": job.index, "chunk": asdict(job.chunk), **counts}
+    _write_atomic(work / f"{job.index:05d}.json", json.dumps(record).encode())
+    return record
+
+
+def _assemble(
+    records: dict[int, dict[str, Any]],
+    work_dir: Path,
+    out_dir: Path,
+    config: CacheConfig,
+    vocab_size: int,
+    eos_id: int,
+) -> dict[str, Any]:
+    """Move the chunks' shards into ``out_dir`` (hard links when possible) and return the ledger."""
+    splits: dict[str, Any] = {}
+    for split in SPLITS:
+        (out_dir / split).mkdir()
+        shards = []
+        for index in sorted(records):
+            counts = records[index][split]
+            if not counts["documents"]:
+                continue
+            for suffix in (".bin", ".ends"):
+                name = f"{split}/{index:05d}{suffix}"
+                try:
+                    os.link(work_dir / name, out_dir / name)
+                except OSError:  # another filesystem
+                    shutil.copyfile(work_dir / name, out_dir / name)
+            shards.append({"name": f"{split}/{index:05d}", **counts})
+        totals = {key: sum(s[key] for s in shards) for key in ("documents", "tokens", "text_bytes")}
+        splits[split] = {**totals, "shards": shards}
+    if not splits["train"]["documents"] + splits["validation"]["documents"]:
+        raise ValueError("no documents to tokenize")
+    return {
+        "dtype": token_dtype(vocab_size).name,
         "vocab_size": vocab_size,
         "eos_id": eos_id,
-        "splits": {"train": train.summary(), "validation": validation.summary()},
+        "splits": splits,
         "config": config.model_dump(),
     }
-    (out_dir / INFO_FILE).write_text(json.dumps(info, indent=2))
-    return info
+
+
+class TokenSplit:
+    """One split of a cache as a single token stream over its shards, read in place (memory maps on
+    local disk, ranged reads through fsspec elsewhere). ``np.asarray(split)`` loads it whole."""
+
+    def __init__(self, fs: fsspec.AbstractFileSystem, root: str, dtype: np.dtype, ledger: dict[str, Any]):
+        self.fs, self.root, self.dtype = fs, root, dtype
+        self.shards: list[dict[str, Any]] = ledger["shards"]
+        self.starts = np.cumsum([0] + [s["tokens"] for s in self.shards])  # token offset of each shard
+        self.doc_starts = np.cumsum([0] + [s["documents"] for s in self.shards])
+        self.num_documents = int(self.doc_starts[-1])
+        self._ends: dict[int, np.ndarray] = {}
+
+    def __len__(self) -> int:
+        return int(self.starts[-1])
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        whole = self.windows(np.zeros(1, np.int64), len(self))[0] if len(self) else np.zeros(0, np.int32)
+        return whole.astype(dtype or self.dtype)
+
+    def _path(self, shard: int, suffix: str) -> str:
+        return f"{self.root}/{self.shards[shard]['name']}{suffix}"
+
+    @cached_property
+    def _maps(self) -> list[np.memmap] | None:
+        if not isinstance(self.fs, LocalFileSystem):
+            return None
+        return [np.memmap(self._path(k, ".bin"), self.dtype, mode="r") for k in range(len(self.shards))]
+
+    def windows(self, starts: np.ndarray, length: int) -> np.ndarray:
+        """``(len(starts), length)`` int32 tokens: row i is the stream from ``starts[i]`` on."""
+        out = np.empty((len(starts), length), np.int32)
+        pieces = []  # (row, column, shard, first token, stop token)
+        for row, start in enumerate(starts.tolist()):
+            stop = start + length
+            if start < 0 or stop > len(self):
+                raise IndexError(f"tokens {start}..{stop} are outside this split of {len(self)} tokens")
+            shard, column = int(np.searchsorted(self.starts, start, "right")) - 1, 0
+            while start < stop:
+                end = min(stop, int(self.starts[shard + 1]))
+                base = int(self.starts[shard])
+                pieces.append((row, column, shard, start - base, end - base))
+                column, start, shard = column + end - start, end, shard + 1
+        if self._maps is not None:
+            for row, column, shard, lo, hi in pieces:
+                out[row, column : column + hi - lo] = self._maps[shard][lo:hi]
+            return out
+        size = self.dtype.itemsize
+        blobs = self.fs.cat_ranges(
+            [self._path(p[2], ".bin") for p in pieces],
+            [p[3] * size for p in pieces],
+            [p[4] * size for p in pieces],
+        )
+        for (row, column, _, lo, hi), blob in zip(pieces, blobs, strict=True):
+            out[row, column : column + hi - lo] = np.frombuffer(blob, self.dtype)
+        return out
+
+    def document(self, index: int) -> np.ndarray:
+        """Token ids of document ``index`` of this split, without its EOS."""
+        if not 0 <= index < self.num_documents:
+            raise IndexError(f"document {index} is outside this split of {self.num_documents} documents")
+        shard = int(np.searchsorted(self.doc_starts, index, "right")) - 1
+        if shard not in self._ends:
+            blob = self.fs.cat_file(self._path(shard, ".ends"))
+            self._ends[shard] = np.frombuffer(blob, np.uint64).astype(np.int64)
+        ends, i = self._ends[shard], index - int(self.doc_starts[shard])
+        start = int(ends[i - 1]) if i else 0
+        base = int(self.starts[shard])
+        return self.windows(np.array([base + start]), int(ends[i]) - start - 1)[0]
 
 
 class TokenCache:
-    """A built cache, memory-mapped read-only: ``.train``, ``.validation`` (token ids), ``.info``."""
+    """A built cache, local or at any fsspec URL (``gs://``, ``memory://``): ``.train``, ``.validation``
+    (``TokenSplit``s) and ``.info`` (the ledger)."""
 
     def __init__(self, path: str | os.PathLike[str]):
-        self.path = Path(path)
-        info_file = self.path / INFO_FILE
-        if not info_file.is_file():
-            raise FileNotFoundError(f"not a token cache (no {INFO_FILE}): {self.path}")
-        self.info: dict[str, Any] = json.loads(info_file.read_text())
-        self.train = self._open("train")
-        self.validation = self._open("validation")
-
-    def _open(self, split: str) -> np.ndarray:
+        self.url = str(path)
+        fs, root = fsspec.core.url_to_fs(self.url)
+        if not fs.isfile(f"{root}/{INFO_FILE}"):
+            raise FileNotFoundError(f"not a token cache (no {INFO_FILE}): {self.url}")
+        self.info: dict[str, Any] = json.loads(fs.cat_file(f"{root}/{INFO_FILE}"))
         dtype = np.dtype(self.info["dtype"])
-        if self.info["splits"][split]["tokens"] == 0:  # mmap cannot map an empty file
-            return np.zeros(0, dtype=dtype)
-        return np.memmap(self.path / f"{split}.bin", dtype=dtype, mode="r")
+        self.train = TokenSplit(fs, root, dtype, self.info["splits"]["train"])
+        self.validation = TokenSplit(fs, root, dtype, self.info["splits"]["validation"])
 
-
-@lru_cache(maxsize=4)
-def _epoch_permutation(num_sequences: int, seed: int, epoch: int) -> np.ndarray:
-    return np.random.default_rng([seed, epoch]).permutation(num_sequences)
-
-
-class SequenceLoader:
-    """Batches of ``seq_len + 1`` token windows (inputs and shifted targets), shuffled per epoch.
-
-    Window ``i`` starts at token ``i * seq_len``. Sample ``k`` of the endless stream is window
-    ``perm_e[k % num_sequences]`` with ``e = k // num_sequences`` and ``perm_e`` a permutation seeded
-    by ``(seed, e)``, so each epoch visits every window once and ``batch(step)`` is computed directly:
-    resuming a run at any step needs no replay of the earlier ones.
-    """
-
-    def __init__(self, tokens: np.ndarray, seq_len: int, batch_size: int, seed: int):
-        if seq_len < 1 or batch_size < 1:
-            raise ValueError(
-                f"seq_len and batch_size must be >= 1, got seq_len={seq_len} batch_size={batch_size}"
-            )
-        if len(tokens) < seq_len + 1:
-            raise ValueError(
-                f"too few tokens for one sequence: have {len(tokens)}, need seq_len + 1 = {seq_len + 1}"
-            )
-        self.tokens, self.seq_len, self.batch_size, self.seed = tokens, seq_len, batch_size, seed
-        self.num_sequences = (len(tokens) - 1) // seq_len
-        self._offsets = np.arange(seq_len + 1)
-
-    def batch(self, step: int) -> np.ndarray:
-        """The ``(batch_size, seq_len + 1)`` int32 batch of training step ``step``."""
-        if step < 0:
-            raise ValueError(f"step must be >= 0, got {step}")
-        samples = np.arange(step * self.batch_size, (step + 1) * self.batch_size)
-        epochs, positions = np.divmod(samples, self.num_sequences)
-        windows = np.empty(self.batch_size, dtype=np.int64)
-        for epoch in np.unique(epochs):
-            in_epoch = epochs == epoch
-            windows[in_epoch] = _epoch_permutation(self.num_sequences, self.seed, int(epoch))[
-                positions[in_epoch]
-            ]
-        starts = windows * self.seq_len
-        return np.asarray(self.tokens[starts[:, None] + self._offsets], dtype=np.int32)
+    def split(self, name: str) -> TokenSplit:
+        if name not in SPLITS:
+            raise ValueError(f"unknown split {name!r}; choose one of {SPLITS}")
+        return getattr(self, name)

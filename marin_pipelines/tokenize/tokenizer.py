@@ -18,7 +18,8 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-EOS = "<|endoftext|>"  # ends every document; also used as BOS
+EOS = "<|endoftext|>"  # ends every document
+BOS = EOS  # GPT-2 style: the token between documents also starts the stream
 TOKENIZER_FILE = "tokenizer.json"
 
 

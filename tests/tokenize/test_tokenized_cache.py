@@ -1,178 +1,248 @@
-"""Token cache: stable id-hash split, EOS after every document, dtype by vocabulary, seekable batches."""
+"""Token cache: id-hash split, shards with document offsets, parallel and resumable builds, fsspec reads."""
 
 import json
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
 from pathlib import Path
 
+import fsspec
 import numpy as np
 import pytest
 from pydantic import ValidationError
 from tokenizers import Tokenizer, models
 
-from marin_pipelines.tokenize.tokenized_cache import (
-    CacheConfig,
-    SequenceLoader,
-    TokenCache,
-    build_cache,
-    split_key,
-)
-from marin_pipelines.tokenize.tokenizer import EOS, TokenizerConfig, train_tokenizer
-
-WORDS = [
-    "river",
-    "stone",
-    "paper",
-    "light",
-    "garden",
-    "window",
-    "market",
-    "winter",
-    "music",
-    "letter",
-    "station",
-    "bridge",
-]
+from marin_pipelines.tokenize import text_sources
+from marin_pipelines.tokenize.text_sources import read_chunk, text_chunks
+from marin_pipelines.tokenize.tokenized_cache import CacheConfig, TokenCache, build_cache, split_key
+from marin_pipelines.tokenize.tokenizer import EOS
 
 
-def make_docs(n: int) -> list[dict]:
-    rng = np.random.default_rng(n)
-    return [
-        {
-            "id": f"doc-{i}",
-            "url": f"https://example.org/{i}",
-            "title": f"page {i}",
-            "lang": "en",
-            "text": " ".join(rng.choice(WORDS, size=int(rng.integers(5, 60)))) + f" ({i}) Grüße 😀",
-        }
-        for i in range(n)
-    ]
+def build(inputs: list[Path | str], tokenizer: Tokenizer, out: Path, workers: int = 1, **config) -> dict:
+    out.mkdir(parents=True)
+    work = out.with_name(f".{out.name}.work")
+    result = build_cache([str(p) for p in inputs], tokenizer, out, CacheConfig(**config), work, workers)
+    assert not work.exists()
+    return result.info
 
 
-@pytest.fixture(scope="module")
-def tokenizer() -> Tokenizer:
-    return train_tokenizer([doc["text"] for doc in make_docs(200)], TokenizerConfig(vocab_size=400))
+def tree(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
-def test_build_and_open(tokenizer: Tokenizer, tmp_path: Path) -> None:
+def decoded(tokenizer: Tokenizer, split) -> list[str]:
+    return [tokenizer.decode(split.document(i).tolist()) for i in range(split.num_documents)]
+
+
+def test_build_and_open(
+    tokenizer: Tokenizer, tmp_path: Path, make_docs: Callable, write_parquet: Callable
+) -> None:
     docs = make_docs(400)
-    config = CacheConfig(validation_fraction=0.1, encode_batch_size=64)
-    info = build_cache(docs, tokenizer, tmp_path, config)
-    assert json.loads((tmp_path / "cache.json").read_text()) == info
-    assert info["dtype"] == "uint16" and info["eos_id"] == tokenizer.token_to_id(EOS) == 0
-    assert info["vocab_size"] == tokenizer.get_vocab_size() > 300
+    inputs = write_parquet(docs, tmp_path / "curated", files=3)
+    (inputs / "removed-00000.parquet").write_bytes(b"not read: a stage's removed documents")
+    info = build([inputs], tokenizer, tmp_path / "cache", validation_fraction=0.1)
+    assert json.loads((tmp_path / "cache" / "cache.json").read_text()) == info
+    assert info["dtype"] == "uint16" and info["eos_id"] == info["bos_id"] == tokenizer.token_to_id(EOS) == 0
     train, val = info["splits"]["train"], info["splits"]["validation"]
-    assert train["documents"] + val["documents"] == 400
-    assert 15 <= val["documents"] <= 70  # about 10%
-    expected_val = [d for d in docs if split_key(d["id"], config.seed) < 0.1]
-    assert val["documents"] == len(expected_val)
+    assert train["documents"] + val["documents"] == 400 and 15 <= val["documents"] <= 70  # about 10%
+    assert len(train["shards"]) == len(val["shards"]) == 3  # one shard per input chunk and split
+    expected_val = [d for d in docs if split_key(d["id"], 0) < 0.1]
+    expected_train = [d for d in docs if split_key(d["id"], 0) >= 0.1]
     assert val["text_bytes"] == sum(len(d["text"].encode()) for d in expected_val)
 
-    cache = TokenCache(tmp_path)
-    assert cache.info == info
-    assert cache.train.dtype == np.uint16 and len(cache.train) == train["tokens"]
-    assert len(cache.validation) == val["tokens"] == (tmp_path / "validation.bin").stat().st_size // 2
-    # every document's tokens then EOS, in input order: decoding the split gives the texts back
-    pieces = np.split(np.asarray(cache.validation), np.flatnonzero(cache.validation == 0) + 1)[:-1]
-    assert [tokenizer.decode(p[:-1].tolist()) for p in pieces] == [d["text"] for d in expected_val]
-    assert int((cache.train == 0).sum()) == train["documents"]
+    cache = TokenCache(tmp_path / "cache")
+    assert cache.info == info and len(cache.train) == train["tokens"]
+    assert decoded(tokenizer, cache.validation) == [d["text"] for d in expected_val]  # input order
+    assert decoded(tokenizer, cache.train) == [d["text"] for d in expected_train]
+    stream = np.asarray(cache.train)  # the whole split: documents joined by EOS, across shards
+    assert stream.dtype == np.uint16 and len(stream) == train["tokens"]
+    assert int((stream == 0).sum()) == train["documents"] and stream[-1] == 0
+    assert Tokenizer.from_file(str(tmp_path / "cache" / "tokenizer.json")).to_str() == tokenizer.to_str()
 
 
-def test_split_is_stable_per_document(tokenizer: Tokenizer, tmp_path: Path) -> None:
-    docs = make_docs(300)
-    (tmp_path / "small").mkdir(), (tmp_path / "large").mkdir()
-    small = build_cache(docs[:100], tokenizer, tmp_path / "small", CacheConfig())
-    large = build_cache(docs, tokenizer, tmp_path / "large", CacheConfig())
-    val_small = _validation_texts(tokenizer, tmp_path / "small")
-    assert val_small and set(val_small) <= set(_validation_texts(tokenizer, tmp_path / "large"))
-    assert small["splits"]["validation"]["documents"] < large["splits"]["validation"]["documents"]
-    other_seed = build_cache(docs, tokenizer, tmp_path, CacheConfig(seed=7))
-    assert other_seed["splits"]["validation"] != large["splits"]["validation"]
-
-
-def _validation_texts(tokenizer: Tokenizer, path: Path) -> list[str]:
-    tokens = np.asarray(TokenCache(path).validation)
-    return [tokenizer.decode(p[:-1].tolist()) for p in np.split(tokens, np.flatnonzero(tokens == 0) + 1)[:-1]]
-
-
-def test_validation_never_empty_with_two_docs(tokenizer: Tokenizer, tmp_path: Path) -> None:
-    docs = make_docs(2)
-    config = CacheConfig(validation_fraction=1e-9)
-    assert all(split_key(d["id"], config.seed) >= 1e-9 for d in docs)
-    info = build_cache(docs, tokenizer, tmp_path, config)
-    lowest = min(docs, key=lambda d: split_key(d["id"], config.seed))
-    assert info["splits"]["validation"]["documents"] == info["splits"]["train"]["documents"] == 1
-    assert _validation_texts(tokenizer, tmp_path) == [lowest["text"]]
-
-
-def test_single_document_goes_to_train(tokenizer: Tokenizer, tmp_path: Path) -> None:
-    info = build_cache(make_docs(1), tokenizer, tmp_path, CacheConfig(validation_fraction=1e-9))
-    assert info["splits"]["train"]["documents"] == 1
-    cache = TokenCache(tmp_path)
-    assert len(cache.validation) == 0 and cache.train[-1] == 0
-
-
-def test_empty_input_and_bad_config(tokenizer: Tokenizer, tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="no documents to tokenize"):
-        build_cache([], tokenizer, tmp_path, CacheConfig())
+def test_windows_across_shards_and_errors(
+    tokenizer: Tokenizer, tmp_path: Path, make_docs, write_parquet
+) -> None:
+    build([write_parquet(make_docs(90), tmp_path / "in", files=3)], tokenizer, tmp_path / "cache")
+    split = TokenCache(tmp_path / "cache").train
+    stream = np.asarray(split)
+    first_shard = split.shards[0]["tokens"]
+    starts = np.array([0, first_shard - 5, len(stream) - 40])
+    np.testing.assert_array_equal(split.windows(starts, 40), np.stack([stream[s : s + 40] for s in starts]))
+    with pytest.raises(IndexError, match="outside this split"):
+        split.windows(np.array([len(stream) - 3]), 4)
+    with pytest.raises(IndexError, match="document 90"):
+        split.document(90)
     with pytest.raises(FileNotFoundError, match="not a token cache"):
         TokenCache(tmp_path / "nothing")
-    with pytest.raises(ValidationError, match="validation_fraction"):
-        CacheConfig(validation_fraction=0)
+
+
+def test_split_is_stable_per_document(tokenizer: Tokenizer, tmp_path: Path, make_docs, write_parquet) -> None:
+    docs = make_docs(300)
+    small = build([write_parquet(docs[:100], tmp_path / "a", 1)], tokenizer, tmp_path / "small")
+    large = build([write_parquet(docs, tmp_path / "b", 2)], tokenizer, tmp_path / "large")
+    val_small = decoded(tokenizer, TokenCache(tmp_path / "small").validation)
+    assert val_small and set(val_small) <= set(decoded(tokenizer, TokenCache(tmp_path / "large").validation))
+    assert small["splits"]["validation"]["documents"] < large["splits"]["validation"]["documents"]
+    other = build([tmp_path / "b"], tokenizer, tmp_path / "other", seed=7)
+    assert other["splits"]["validation"]["text_bytes"] != large["splits"]["validation"]["text_bytes"]
+
+
+def test_workers_do_not_change_the_bytes(
+    tokenizer: Tokenizer, tmp_path: Path, make_docs, write_parquet
+) -> None:
+    inputs = write_parquet(make_docs(300), tmp_path / "in", files=4)
+    build([inputs], tokenizer, tmp_path / "one", workers=1)
+    build([inputs], tokenizer, tmp_path / "two", workers=2)
+    assert tree(tmp_path / "one") == tree(tmp_path / "two")
+
+
+KILLED_BUILD = """
+import os, signal, sys
+from pathlib import Path
+from tokenizers import Tokenizer
+from marin_pipelines.tokenize import tokenized_cache as tc
+
+tc.ENCODE_BATCH = 8  # shards are written in pieces, so the kill comes half-way through one
+read_chunk, calls = tc.read_chunk, []
+
+def dying(chunk):  # SIGKILL ourselves half-way through the fourth chunk
+    calls.append(chunk)
+    for i, doc in enumerate(read_chunk(chunk)):
+        if len(calls) == 4 and i == 20:
+            os.kill(os.getpid(), signal.SIGKILL)
+        yield doc
+
+tc.read_chunk = dying
+inputs, tokenizer, out, work = sys.argv[1:]
+tc.build_cache([inputs], Tokenizer.from_file(tokenizer), Path(out), tc.CacheConfig(), Path(work), 1)
+"""
+
+
+def test_resume_after_kill(tokenizer: Tokenizer, tmp_path: Path, make_docs, write_parquet) -> None:
+    inputs = write_parquet(make_docs(480), tmp_path / "in", files=8)
+    tokenizer.save(str(tmp_path / "tokenizer.json"))
+    out, work = tmp_path / "resumed", tmp_path / ".resumed.work"
+    out.mkdir()
+    args = [
+        sys.executable,
+        "-c",
+        KILLED_BUILD,
+        str(inputs),
+        str(tmp_path / "tokenizer.json"),
+        str(out),
+        str(work),
+    ]
+    killed = subprocess.run(args, capture_output=True, text=True, timeout=120)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    assert sorted(p.name for p in work.glob("*.json")) == [
+        "00000.json",
+        "00001.json",
+        "00002.json",
+        "build.json",
+    ]
+    assert list(work.rglob(".00003.tmp-*"))  # killed while writing the fourth chunk's shards
+    finished = {str(p.relative_to(work)): p.stat().st_ino for p in work.glob("*/0000[012].*")}
+
+    tokenizer_again = Tokenizer.from_file(str(tmp_path / "tokenizer.json"))
+    tokenizer_again.encode_special_tokens = True
+    resumed = build_cache([str(inputs)], tokenizer_again, out, CacheConfig(), work, 1)
+    assert (resumed.chunks_reused, resumed.chunks_encoded) == (3, 5)
+    assert len(finished) >= 6 and finished == {name: (out / name).stat().st_ino for name in finished}  # kept
+    build([inputs], tokenizer_again, tmp_path / "uninterrupted")
+    assert tree(out) == tree(tmp_path / "uninterrupted")
+
+
+def test_a_different_build_clears_the_work_folder(
+    tokenizer: Tokenizer, tmp_path: Path, make_docs, write_parquet
+) -> None:
+    inputs = write_parquet(make_docs(50), tmp_path / "in", files=2)
+    work = tmp_path / ".cache.work"
+    (work / "train").mkdir(parents=True)
+    (work / "build.json").write_text('{"fingerprint": "another build"}')
+    (work / "00000.json").write_text('{"not": "this build"}')
+    (tmp_path / "cache").mkdir()
+    result = build_cache([str(inputs)], tokenizer, tmp_path / "cache", CacheConfig(), work)
+    assert (result.chunks_reused, result.chunks_encoded) == (0, 2)
+    assert (
+        result.info["splits"]["train"]["documents"] + result.info["splits"]["validation"]["documents"] == 50
+    )
 
 
 def test_uint32_for_large_vocabulary(tmp_path: Path) -> None:
     vocab = {f"w{i}": i for i in range(70_000)} | {EOS: 70_000}
     big = Tokenizer(models.WordLevel(vocab, unk_token=EOS))
-    info = build_cache(
-        [{"id": "a", "text": "w69999"}, {"id": "b", "text": "w1"}], big, tmp_path, CacheConfig()
-    )
+    (tmp_path / "in.jsonl").write_text('{"id": "a", "text": "w69999"}\n{"id": "b", "text": "w1"}\n')
+    info = build([tmp_path / "in.jsonl"], big, tmp_path / "cache")
     assert info["dtype"] == "uint32"
-    cache = TokenCache(tmp_path)
-    assert sorted(np.concatenate([cache.train, cache.validation]).tolist()) == [1, 69_999, 70_000, 70_000]
+    cache = TokenCache(tmp_path / "cache")
+    tokens = np.concatenate([np.asarray(cache.train), np.asarray(cache.validation)])
+    assert sorted(tokens.tolist()) == [1, 69_999, 70_000, 70_000]
 
 
-def test_loader_is_deterministic_and_seekable() -> None:
-    tokens = np.arange(1001, dtype=np.uint16)
-    loader = SequenceLoader(tokens, seq_len=10, batch_size=7, seed=3)
-    assert loader.num_sequences == 100
-    sequential = [loader.batch(step) for step in range(40)]  # about 3 epochs, batches across epochs
-    fresh = SequenceLoader(tokens, seq_len=10, batch_size=7, seed=3)
-    for step in (39, 0, 14, 15, 28):
-        np.testing.assert_array_equal(fresh.batch(step), sequential[step])
-    assert sequential[0].shape == (7, 11) and sequential[0].dtype == np.int32
-    # inputs and targets: each row is seq_len + 1 consecutive tokens starting on a window boundary
-    assert (np.diff(sequential[0], axis=1) == 1).all() and (sequential[0][:, 0] % 10 == 0).all()
-    other = SequenceLoader(tokens, seq_len=10, batch_size=7, seed=4)
-    assert not np.array_equal(other.batch(0), sequential[0])
+def test_text_files_of_every_kind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    lines = [json.dumps({"text": f"line {i} " + "é" * (i % 7)}) for i in range(40)]
+    (tmp_path / "docs.jsonl").write_text("\n".join(lines) + "\n\n")
+    (tmp_path / "one.txt").write_text("a whole file is one document\n")
+    monkeypatch.setattr(text_sources, "JSONL_CHUNK_BYTES", 50)  # many chunks, lines across their borders
+    chunks = text_chunks([str(tmp_path)])
+    assert len(chunks) > 10 and {c.kind for c in chunks} == {"jsonl", "txt"}
+    texts = [text for chunk in chunks for _, text in read_chunk(chunk)]
+    assert texts == [json.loads(line)["text"] for line in lines] + ["a whole file is one document\n"]
+    (tmp_path / "bad.jsonl").write_text('{"text": 3}\n')
+    with pytest.raises(ValueError, match="bad.jsonl: a document's 'text' is int"):
+        [doc for chunk in text_chunks([str(tmp_path / "bad.jsonl")]) for doc in read_chunk(chunk)]
+    (tmp_path / "bad.jsonl.gz").write_bytes(b"")
+    with pytest.raises(ValueError, match="expected a file ending in one of"):
+        text_chunks([str(tmp_path / "bad.jsonl.gz")])
+    with pytest.raises(FileNotFoundError, match="input not found"):
+        text_chunks([str(tmp_path / "missing")])
 
 
-def test_every_window_once_per_epoch() -> None:
-    tokens = np.arange(961, dtype=np.uint32)
-    loader = SequenceLoader(tokens, seq_len=8, batch_size=6, seed=0)
-    assert loader.num_sequences == 120
-    for epoch in range(3):
-        steps = range(epoch * 20, (epoch + 1) * 20)
-        starts = np.concatenate([loader.batch(step)[:, 0] for step in steps])
-        assert sorted(starts.tolist()) == list(range(0, 960, 8))
-        assert starts.tolist() != sorted(starts.tolist())  # shuffled
-    first, second = (
-        np.concatenate([loader.batch(s)[:, 0] for s in range(e * 20, e * 20 + 20)]) for e in (0, 1)
-    )
-    assert not np.array_equal(first, second)  # a new order each epoch
+def test_empty_input_and_bad_config(tokenizer: Tokenizer, tmp_path: Path) -> None:
+    (tmp_path / "empty.jsonl").write_text("")
+    with pytest.raises(ValueError, match="no documents to tokenize"):
+        build([tmp_path / "empty.jsonl"], tokenizer, tmp_path / "cache")
+    with pytest.raises(ValidationError, match="validation_fraction"):
+        CacheConfig(validation_fraction=0)
 
 
-def test_loader_errors() -> None:
-    with pytest.raises(ValueError, match="too few tokens for one sequence: have 10, need seq_len \\+ 1 = 11"):
-        SequenceLoader(np.arange(10), seq_len=10, batch_size=1, seed=0)
-    with pytest.raises(ValueError, match="too few tokens"):
-        SequenceLoader(np.zeros(0, dtype=np.uint16), seq_len=4, batch_size=1, seed=0)
-    with pytest.raises(ValueError, match="batch_size"):
-        SequenceLoader(np.arange(100), seq_len=10, batch_size=0, seed=0)
-    with pytest.raises(ValueError, match="step"):
-        SequenceLoader(np.arange(100), seq_len=10, batch_size=2, seed=0).batch(-1)
+def test_read_from_a_remote_filesystem(
+    tokenizer: Tokenizer, tmp_path: Path, make_docs, write_parquet
+) -> None:
+    """Inputs and the cache at fsspec URLs (memory:// here, gs:// in production) read like local ones."""
+    memory = fsspec.filesystem("memory")
+    write_parquet(make_docs(120), tmp_path / "in", files=2)
+    memory.put(str(tmp_path / "in"), "/remote-in", recursive=True)
+    build(["memory://remote-in"], tokenizer, tmp_path / "cache")
+    memory.put(str(tmp_path / "cache"), "/remote-cache", recursive=True)
+    local, remote = TokenCache(tmp_path / "cache"), TokenCache("memory://remote-cache")
+    assert remote.info == local.info
+    starts = np.array([0, 17, len(local.train) - 50])
+    np.testing.assert_array_equal(remote.train.windows(starts, 50), local.train.windows(starts, 50))
+    np.testing.assert_array_equal(remote.validation.document(1), local.validation.document(1))
+    memory.rm("/remote-in", recursive=True), memory.rm("/remote-cache", recursive=True)
 
 
-def test_loader_over_cache(tokenizer: Tokenizer, tmp_path: Path) -> None:
-    build_cache(make_docs(300), tokenizer, tmp_path, CacheConfig())
-    cache = TokenCache(tmp_path)
-    batch = SequenceLoader(cache.train, seq_len=32, batch_size=4, seed=0).batch(5)
-    assert batch.shape == (4, 33) and batch.max() < 400
+def test_real_multilingual_pages_round_trip(shared_data: Path, tmp_path: Path) -> None:
+    """Real pages in many languages: every document decodes from the cache to exactly its text."""
+    import gzip
+
+    from resiliparse.extract.html2text import extract_plain_text
+    from resiliparse.parse.encoding import bytes_to_str, detect_encoding
+
+    from marin_pipelines.tokenize.tokenizer import TokenizerConfig, train_tokenizer
+
+    texts = []
+    for path in sorted((shared_data / "web-pages").glob("*.html.gz")):
+        html = gzip.decompress(path.read_bytes())
+        if text := extract_plain_text(bytes_to_str(html, detect_encoding(html)), main_content=True):
+            texts.append(text)
+    lines = [json.dumps({"id": str(i), "text": t}) for i, t in enumerate(texts)]
+    (tmp_path / "pages.jsonl").write_text("\n".join(lines))
+    tokenizer = train_tokenizer(texts[::2], TokenizerConfig(vocab_size=1024))
+    tokenizer.encode_special_tokens = True
+    build([tmp_path / "pages.jsonl"], tokenizer, tmp_path / "cache", validation_fraction=0.3)
+    cache = TokenCache(tmp_path / "cache")
+    assert sorted(decoded(tokenizer, cache.train) + decoded(tokenizer, cache.validation)) == sorted(texts)
