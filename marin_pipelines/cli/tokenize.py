@@ -1,0 +1,69 @@
+"""`marin-pipelines tokenize`: text files into a token cache; a JSON summary on the last line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import time
+import uuid
+from pathlib import Path
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "tokenize", help="tokenize .txt / .jsonl / .parquet text into a token cache"
+    )
+    parser.add_argument(
+        "--input", nargs="+", required=True, metavar="PATH", help="files or folders, local or fsspec URLs"
+    )
+    parser.add_argument("--out", required=True, help="the cache folder to create (it must not exist)")
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--tokenizer", help="a tokenizer.json that has the <|endoftext|> token")
+    which.add_argument("--vocab-size", type=int, help="train a byte-level BPE of this size on the input")
+    parser.add_argument("--validation-fraction", type=float, default=0.05, help="share of validation docs")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the id hash that assigns splits")
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="encoding processes")
+    parser.set_defaults(run=run_tokenize)
+
+
+def run_tokenize(args: argparse.Namespace) -> int:
+    from marin_pipelines.tokenize.text_sources import read_chunk, text_chunks
+    from marin_pipelines.tokenize.tokenized_cache import CacheConfig, build_cache
+    from marin_pipelines.tokenize.tokenizer import TokenizerConfig, load_tokenizer, train_tokenizer
+
+    started = time.time()
+    out = Path(args.out)
+    if out.exists():
+        raise ValueError(f"--out {out} already exists; a cache is written to a new folder")
+    config = CacheConfig(validation_fraction=args.validation_fraction, seed=args.seed)
+    if args.tokenizer:
+        tokenizer = load_tokenizer(args.tokenizer)
+    else:
+        sizes = {} if args.vocab_size is None else {"vocab_size": args.vocab_size}
+        texts = (text for chunk in text_chunks(args.input) for _, text in read_chunk(chunk))
+        tokenizer = train_tokenizer(texts, TokenizerConfig(**sizes))
+    # built beside --out and renamed into place; finished chunks wait in the work folder after a kill
+    tmp = out.with_name(f".{out.name}.tmp-{uuid.uuid4().hex[:8]}")
+    tmp.mkdir(parents=True)
+    try:
+        build = build_cache(
+            args.input, tokenizer, tmp, config, out.with_name(f".{out.name}.work"), args.workers
+        )
+        os.replace(tmp, out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    splits = build.info["splits"]
+    summary = {
+        "out": str(out),
+        "documents": sum(s["documents"] for s in splits.values()),
+        "tokens": sum(s["tokens"] for s in splits.values()),
+        "shards": sum(len(s["shards"]) for s in splits.values()),
+        "vocab_size": build.info["vocab_size"],
+        **{f"{name}_{key}": s[key] for name, s in splits.items() for key in ("documents", "tokens")},
+        "chunks_reused": build.chunks_reused,
+        "seconds": round(time.time() - started, 2),
+    }
+    print(json.dumps(summary))
+    return 0
