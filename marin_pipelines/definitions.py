@@ -3,11 +3,12 @@
 from dagster import Definitions
 
 from marin_pipelines.assets import experiment_assets
+from marin_pipelines.experiments.datashop import datashop
 from marin_pipelines.experiments.demo import demo
 from marin_pipelines.jobs import experiment_jobs
 from marin_pipelines.resources import default_resources
 
-EXPERIMENTS = [demo()]
+EXPERIMENTS = [demo(), datashop()]
 
 defs = Definitions(
     assets=[a for experiment in EXPERIMENTS for a in experiment_assets(experiment)],

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import platform
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from marin_pipelines.crawl.demo_crawl import DemoCrawlConfig
 from marin_pipelines.crawl.web_documents import WebDocumentsConfig, find_warc_files
+from marin_pipelines.quality.annotation import DatashopConfig
 from marin_pipelines.quality.curated_text import CurationConfig
 from marin_pipelines.quality.quality_scores import QualityConfig
 from marin_pipelines.scaling.scaling_law import LadderConfig
@@ -72,6 +73,9 @@ class Experiment(BaseModel):
     filters: FilterConfig = FilterConfig()
     dedup: DedupConfig = DedupConfig()
     quality: QualityConfig = QualityConfig()
+    datashop: DatashopConfig | None = Field(
+        None, description="label a crawl sample with an annotator and train the classifier on the labels"
+    )
     curation: CurationConfig = CurationConfig(top_fraction=0.8)
     tokenizer: TokenizerConfig = TokenizerConfig()
     cache: CacheConfig = CacheConfig()
@@ -97,12 +101,25 @@ class Experiment(BaseModel):
 
     def stage_config(self, stage: str) -> dict[str, Any]:
         """The config that versions a stage (its own fields only)."""
-        return {name: _dump(getattr(self, name)) for name in STAGES[stage].config}
+        return {name: _dump(getattr(self, name)) for name in self.stages[stage].config}
+
+    @cached_property
+    def stages(self) -> dict[str, Stage]:
+        """STAGES, plus Datashop's labelling stage feeding quality_scores when the experiment has one."""
+        if self.datashop is None:
+            return STAGES
+        stages: dict[str, Stage] = {}
+        for name, stage in STAGES.items():
+            if name == "quality_scores":
+                stages["quality_labels"] = QUALITY_LABELS
+                stage = replace(stage, deps=(*stage.deps, "quality_labels"), config=(*stage.config, "datashop"))
+            stages[name] = stage
+        return stages
 
     @cached_property
     def versions(self) -> dict[str, str]:
         out: dict[str, str] = {}
-        for name, stage in STAGES.items():  # insertion order is topological
+        for name, stage in self.stages.items():  # insertion order is topological
             payload = {
                 "stage": name,
                 "revision": stage.revision,
@@ -143,8 +160,8 @@ STAGES: dict[str, Stage] = {
     "extracted_text": Stage(("web_documents",), ("extract",)),
     "filtered_text": Stage(("extracted_text",), ("filters",)),
     "deduplicated_text": Stage(("filtered_text",), ("dedup",)),
-    "quality_scores": Stage(("deduplicated_text",), ("quality",)),
-    "curated_text": Stage(("deduplicated_text", "quality_scores"), ("curation",)),
+    "quality_scores": Stage(("deduplicated_text",), ("quality",), revision=2),
+    "curated_text": Stage(("deduplicated_text", "quality_scores"), ("curation",), revision=2),
     "tokenizer": Stage(("curated_text",), ("tokenizer",)),
     "tokenized_cache": Stage(("curated_text", "tokenizer"), ("cache",), revision=2),
     "checkpoint": Stage(("tokenized_cache",), ("model", "train", "data_mixture")),
@@ -153,6 +170,9 @@ STAGES: dict[str, Stage] = {
     "ladder_eval_results": Stage(("ladder_checkpoint", "tokenized_cache", "tokenizer"), ("eval_batch_size",)),
     "scaling_law": Stage(("ladder_eval_results", "eval_results"), ("ladder",)),
 }
+
+# Only in experiments that declare a Datashop config (Experiment.stages puts it before quality_scores).
+QUALITY_LABELS = Stage(("deduplicated_text",), ("datashop",))
 
 
 def default_store_root() -> str:

@@ -49,8 +49,12 @@ def stage_asset(
     ins: tuple[str, ...] = (),
     checks: dict[str, Check] | None = None,
     partitions_def: PartitionsDefinition | None = None,
+    resources: tuple[str, ...] = (),
 ) -> Callable[[Callable[..., None]], AssetsDefinition]:
-    """Decorate ``build(out: PendingArtifact, **upstream: Artifact)``; ``ins`` names upstream stages."""
+    """Decorate ``build(out: PendingArtifact, **upstream: Artifact)``; ``ins`` names upstream stages.
+
+    ``resources`` names further Dagster resources that ``build`` receives as keyword arguments.
+    """
     checks = checks or {}
     version = experiment.versions[stage]
     key = AssetKey([experiment.name, stage])
@@ -65,7 +69,7 @@ def stage_asset(
             metadata={VERSION_KEY: version},
             ins={name: AssetIn(key=[experiment.name, name]) for name in ins},
             partitions_def=partitions_def,
-            required_resource_keys={"store"},
+            required_resource_keys={"store", *resources},
             check_specs=[
                 AssetCheckSpec(name, asset=key, description=check.__doc__) for name, check in checks.items()
             ],
@@ -82,7 +86,7 @@ def stage_asset(
                 _say(context, f"{name}: computing version {version}")
                 started = time.perf_counter()
                 with store.write(key.path, version, partition, experiment.stage_config(stage)) as pending:
-                    build(pending, **upstream)
+                    build(pending, **upstream, **{r: getattr(context.resources, r) for r in resources})
                 artifact = store.get(key.path, version, partition)
                 assert artifact is not None
                 _say(context, f"{name}: done in {time.perf_counter() - started:.1f} s ({artifact.path})")
@@ -119,6 +123,8 @@ def dagster_metadata(artifact: Artifact, reused: bool) -> dict[str, Any]:
         elif name == "plots":
             for title, filename in value.items():
                 out[title] = png_markdown(artifact, title, filename)
+        elif name == "markdown":
+            out.update({title: MetadataValue.md(text) for title, text in value.items()})
         elif isinstance(value, bool | int | float | str):
             out[name] = value
         else:

@@ -37,11 +37,15 @@ class CurationConfig(BaseModel):
 
 
 def top_ids(scores: dict[str, float], fraction: float) -> set[str]:
-    """Ids of the ``round(fraction * len(scores))`` best scores (at least one); ties go to the smaller id."""
+    """Ids of the ``round(fraction * len(scores))`` best scores (at least one)."""
     if not scores:
         return set()
-    ranked = sorted(scores, key=lambda doc_id: (-scores[doc_id], doc_id))
-    return set(ranked[: max(1, round(fraction * len(scores)))])
+    return set(_ranked(scores)[: max(1, round(fraction * len(scores)))])
+
+
+def _ranked(scores: dict[str, float]) -> list[str]:
+    """Ids best first; ties go to the smaller id."""
+    return sorted(scores, key=lambda doc_id: (-scores[doc_id], doc_id))
 
 
 def curate(docs: Iterable[Document], scores: dict[str, float], config: CurationConfig) -> Iterator[Decision]:
@@ -58,3 +62,22 @@ def curate(docs: Iterable[Document], scores: dict[str, float], config: CurationC
             continue
         keep = doc["id"] in kept if kept is not None else score >= config.threshold
         yield {**doc, "quality_score": score}, None if keep else LOW_QUALITY
+
+
+def extreme_ids(scores: dict[str, float], n: int) -> tuple[list[str], list[str]]:
+    """Ids of the ``n`` best (best first) and the ``n`` worst (worst last) scores, never overlapping."""
+    ranked = _ranked(scores)
+    return ranked[:n], ranked[max(n, len(ranked) - n) :]
+
+
+def examples_table(docs: list[Document], scores: dict[str, float], chars: int = 200) -> str:
+    """A markdown table of documents in the given order: score, url and the opening of the text."""
+
+    def cell(text: str) -> str:
+        return " ".join(text.split()).replace("|", "\\|")
+
+    rows = [
+        f"| {scores[doc['id']]:.3f} | {cell(doc.get('url') or '')} | {cell(doc['text'][:chars])} |"
+        for doc in docs
+    ]
+    return "| score | url | text |\n|---:|---|---|\n" + "\n".join(rows)

@@ -19,6 +19,8 @@ from typing import Any
 
 import fasttext
 import pyarrow.parquet as pq
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from marin_pipelines.documents import Document
@@ -258,3 +260,17 @@ def score_documents(model_path: Path, docs: Iterable[Document]) -> Iterator[tupl
     while batch := list(islice(docs, SCORE_BATCH)):
         probabilities = _positive_probabilities(model, [fasttext_line(doc["text"]) for doc in batch])
         yield from zip((doc["id"] for doc in batch), probabilities, strict=True)
+
+
+def plot_score_histogram(scores: list[float], path: Path, title: str) -> None:
+    """Histogram of P(positive) over [0, 1]: where the curation threshold would cut."""
+    figure = Figure(figsize=(6, 4), dpi=100)
+    FigureCanvasAgg(figure)
+    ax = figure.add_subplot()
+    ax.hist(scores, bins=40, range=(0.0, 1.0), color="tab:blue", edgecolor="white", linewidth=0.5)
+    ax.set_xlabel("quality score: P(positive)")
+    ax.set_ylabel("documents")
+    ax.set_title(title)
+    ax.grid(True, alpha=0.3)
+    figure.tight_layout()
+    figure.savefig(path)

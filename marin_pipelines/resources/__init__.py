@@ -1,10 +1,15 @@
-"""Dagster resources: the artifact store (more to come: launcher, tracker, annotator)."""
+"""Dagster resources: the artifact store and the Datashop annotator (more to come: launcher, tracker)."""
 
 from typing import Any
 
+from marin_pipelines.resources.annotator import AnnotatorResource
 from marin_pipelines.resources.store import ArtifactIOManager, ArtifactStoreResource
 
 
 def default_resources(store_root: str | None = None) -> dict[str, Any]:
     store = ArtifactStoreResource(root=store_root) if store_root else ArtifactStoreResource()
-    return {"store": store, "io_manager": ArtifactIOManager(store=store)}
+    return {
+        "store": store,
+        "io_manager": ArtifactIOManager(store=store),
+        "annotator": AnnotatorResource(store=store),
+    }
