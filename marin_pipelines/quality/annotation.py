@@ -42,7 +42,7 @@ DOCUMENT_SLOT = "{document}"
 SIMILARITY = "similarity"
 RETRYABLE_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
 _WORD = re.compile(r"[a-z0-9]+")
-_SCORE = re.compile(r"score\W{0,3}(-?\d+)\b", re.IGNORECASE)
+_SCORE = re.compile(r"score[\s:=*]*(-?\d+)\b", re.IGNORECASE)  # "Score: 3", "score = 3", "Score: **3**"
 _BARE_INT = re.compile(r"\W*(-?\d+)\W*")
 
 

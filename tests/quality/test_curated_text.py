@@ -4,7 +4,7 @@ import pytest
 from pydantic import ValidationError
 
 from marin_pipelines.documents import Funnel
-from marin_pipelines.quality.curated_text import CurationConfig, curate
+from marin_pipelines.quality.curated_text import CurationConfig, curate, examples_table, extreme_ids
 
 SCORES = {"a": 0.9, "b": 0.2, "c": 0.5, "d": 0.5, "e": 0.7}
 
@@ -76,3 +76,18 @@ def test_exactly_one_rule() -> None:
         CurationConfig(top_fraction=1.5)
     with pytest.raises(ValidationError, match="threshold"):
         CurationConfig(threshold=-0.1)
+
+
+def test_extremes_and_their_table() -> None:
+    top, bottom = extreme_ids(SCORES, 2)
+    ranked = sorted(SCORES, key=lambda i: -SCORES[i])
+    assert top == ranked[:2] and bottom == ranked[-2:]
+    assert extreme_ids({"a": 0.5, "b": 0.1}, 3) == (["a", "b"], [])  # never the same document twice
+    table = examples_table(
+        [{"id": "a", "url": "https://x/", "text": "one | two\nthree " + "z" * 300}], SCORES
+    )
+    header, rule, row = table.split("\n")
+    assert header == "| score | url | text |" and row.startswith(
+        f"| {SCORES['a']:.3f} | https://x/ | one \\| two three"
+    )
+    assert len(row) < 260  # the text is cut

@@ -13,6 +13,7 @@ from marin_pipelines.quality.quality_scores import (
     BUILTIN_PYTHON_DOCSTRINGS,
     QualityConfig,
     load_reference_texts,
+    plot_score_histogram,
     score_documents,
     train_quality_classifier,
 )
@@ -176,3 +177,8 @@ def test_config_validation_names_the_field() -> None:
         QualityConfig(negatives_per_positive=0)
     with pytest.raises(ValidationError, match="heldout_fraction"):
         QualityConfig(heldout_fraction=0.9)
+
+
+def test_score_histogram_is_a_png(tmp_path: Path) -> None:
+    plot_score_histogram([0.1, 0.2, 0.9, 0.95], tmp_path / "h.png", "4 documents")
+    assert (tmp_path / "h.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
