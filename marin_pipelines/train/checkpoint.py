@@ -1,23 +1,24 @@
 """The training stage: a config and a batch source in, a checkpoint directory out.
 
-The step is functional (``nnx.split`` once, ``nnx.merge`` inside one ``jax.jit``): parameters and
-optimizer state are plain pytrees, so a run is a pure function of its seed and its batches and two
-runs with the same inputs give bit-identical parameters.
+The step is functional (``nnx.split`` once, ``nnx.merge`` inside one ``jax.jit``): parameters,
+optimiser state, counters and the loss-spike window form one pytree, sharded over the device mesh
+(data parallel + FSDP) and saved by orbax every ``checkpoint_every`` steps. A run is a pure function
+of its config, its seed and ``batch_fn(step)``: rerun the same command after a crash and it resumes
+from the last checkpoint and ends with bit-identical parameters.
 
-A checkpoint directory holds ``params.npz`` (flat parameter paths -> arrays), ``model.json``,
-``train.json`` (config + summary), ``metrics.jsonl`` (one line per step) and ``loss_curve.png``.
+A checkpoint directory holds ``checkpoints/`` (orbax steps), ``model.json``, ``train.json`` (config +
+summary), ``metrics.jsonl`` (one line per step) and ``loss_curve.png``.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import math
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import jax
 import jax.numpy as jnp
@@ -30,11 +31,15 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from tqdm.auto import tqdm
 
 from marin_pipelines.train.model import Llama, LlamaConfig
+from marin_pipelines.train.optimizer import learning_rate_schedule, make_optimizer
+from marin_pipelines.train.resume import Checkpoints
+from marin_pipelines.train.sharding import batch_sharding, data_mesh, state_shardings
+from marin_pipelines.train.throughput import measure_matmul_peak
 
 logger = logging.getLogger(__name__)
 REFRESH = 0.5 if sys.stderr.isatty() else 30.0  # seconds between progress lines; logs are not terminals
 
-PARAMS_FILE = "params.npz"
+CHECKPOINTS_DIR = "checkpoints"
 MODEL_FILE = "model.json"
 TRAIN_FILE = "train.json"
 METRICS_FILE = "metrics.jsonl"
@@ -43,22 +48,34 @@ FINAL_LOSS_WINDOW = 10
 
 
 class TrainConfig(BaseModel):
-    """Optimisation settings: AdamW, linear warmup then cosine decay, global-norm clipping."""
+    """Optimisation, bad-update skipping, checkpointing and parallelism of one run."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     steps: int = Field(default=300, gt=0)
     batch_size: int = Field(default=16, gt=0)
     learning_rate: float = Field(default=3e-3, gt=0)
+    lr_schedule: Literal["cosine", "wsd"] = "cosine"
     warmup_steps: int = Field(default=30, ge=0)
+    decay_fraction: float = Field(default=0.2, gt=0, le=1, description="wsd: share of steps spent decaying")
     min_lr_ratio: float = Field(default=0.1, ge=0, le=1)
     weight_decay: float = Field(default=0.1, ge=0)
     beta1: float = Field(default=0.9, ge=0, lt=1)
     beta2: float = Field(default=0.95, ge=0, lt=1)
     grad_clip: float = Field(default=1.0, gt=0)
+    z_loss_weight: float = Field(default=0.0, ge=0, description="weight of mean logsumexp(logits)^2 (PaLM)")
+    spike_window: int = Field(default=64, ge=0, description="losses in the spike window; 0: no spike skips")
+    spike_sigma: float = Field(default=6.0, gt=0, description="skip when loss > window mean + sigma x std")
+    max_consecutive_skips: int = Field(default=10, gt=0, description="stop the run after this many in a row")
     seed: int = 0
     log_every: int = Field(default=10, gt=0)
-    peak_flops: float = Field(default=140e9, gt=0, description="device peak FLOP/s, the MFU denominator")
+    checkpoint_every: int = Field(default=100, gt=0, description="steps between (asynchronous) checkpoints")
+    keep_last: int = Field(default=2, gt=0, description="most recent checkpoints kept")
+    keep_every: int | None = Field(default=None, gt=0, description="also keep every checkpoint at k x this")
+    fsdp: bool = Field(default=True, description="shard parameters and optimiser state over the devices")
+    peak_flops: float | None = Field(
+        default=None, gt=0, description="peak FLOP/s per device, the MFU denominator; None: measure matmuls"
+    )
 
     @model_validator(mode="after")
     def _check_warmup(self) -> TrainConfig:
@@ -67,59 +84,82 @@ class TrainConfig(BaseModel):
         return self
 
 
-def learning_rate_schedule(config: TrainConfig) -> optax.Schedule:
-    """Linear warmup (step 0 already moves), then cosine to min_lr_ratio x peak at the last step."""
-
-    def schedule(step: jax.Array) -> jax.Array:
-        step = jnp.asarray(step, jnp.float32)
-        warmup = (step + 1) / max(config.warmup_steps, 1)
-        progress = jnp.clip(
-            (step - config.warmup_steps) / max(config.steps - config.warmup_steps - 1, 1), 0, 1
-        )
-        cosine = config.min_lr_ratio + (1 - config.min_lr_ratio) * 0.5 * (1 + jnp.cos(jnp.pi * progress))
-        return config.learning_rate * jnp.where(step < config.warmup_steps, warmup, cosine)
-
-    return schedule
+TrainState = dict[str, Any]
+TrainStep = Callable[[TrainState, jax.Array], tuple[TrainState, dict[str, jax.Array]]]
 
 
-def _decay_mask(params: nnx.State) -> nnx.State:
-    """Weight decay on matmul kernels only: not on norm scales, not on the token embedding."""
-    return jax.tree_util.tree_map_with_path(
-        lambda path, _: any(getattr(key, "key", None) == "kernel" for key in path), params
-    )
+def _is_spike(loss: jax.Array, state: TrainState, config: TrainConfig) -> jax.Array:
+    """OLMo's rule: once the window is full, a loss above mean + sigma x std of the window is a spike."""
+    if config.spike_window == 0:
+        return jnp.bool_(False)
+    window = state["losses"]
+    full = state["losses_seen"] >= config.spike_window
+    return full & (loss > window.mean() + config.spike_sigma * window.std())
 
 
-def make_optimizer(config: TrainConfig) -> optax.GradientTransformation:
-    return optax.chain(
-        optax.clip_by_global_norm(config.grad_clip),
-        optax.adamw(
-            learning_rate_schedule(config),
-            b1=config.beta1,
-            b2=config.beta2,
-            weight_decay=config.weight_decay,
-            mask=_decay_mask,
-        ),
-    )
+def _make_train_step(graphdef: nnx.GraphDef, tx: optax.GradientTransformation, config: TrainConfig) -> TrainStep:
+    schedule = learning_rate_schedule(config)
 
-
-TrainStep = Callable[..., tuple[nnx.State, optax.OptState, dict[str, jax.Array]]]
-
-
-def _make_train_step(
-    graphdef: nnx.GraphDef, tx: optax.GradientTransformation, schedule: optax.Schedule
-) -> TrainStep:
-    def loss_fn(params: nnx.State, batch: jax.Array) -> jax.Array:
+    def loss_fn(params: nnx.State, batch: jax.Array) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
         logits = nnx.merge(graphdef, params)(batch[:, :-1])
-        return optax.softmax_cross_entropy_with_integer_labels(logits, batch[:, 1:]).mean()
+        cross_entropy = optax.softmax_cross_entropy_with_integer_labels(logits, batch[:, 1:]).mean()
+        z_loss = (jax.nn.logsumexp(logits, axis=-1) ** 2).mean()
+        return cross_entropy + config.z_loss_weight * z_loss, (cross_entropy, z_loss)
 
-    @jax.jit
-    def train_step(params: nnx.State, opt_state: optax.OptState, batch: jax.Array, step: jax.Array):
-        loss, grads = jax.value_and_grad(loss_fn)(params, batch)
-        updates, opt_state = tx.update(grads, opt_state, params)
-        params = optax.apply_updates(params, updates)
-        return params, opt_state, {"loss": loss, "grad_norm": optax.tree.norm(grads), "lr": schedule(step)}
+    def train_step(state: TrainState, batch: jax.Array) -> tuple[TrainState, dict[str, jax.Array]]:
+        (loss, (cross_entropy, z_loss)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+            state["params"], batch
+        )
+        grad_norm = optax.tree.norm(grads)
+        updates, opt_state = tx.update(grads, state["opt_state"], state["params"])
+        params = optax.apply_updates(state["params"], updates)
+        finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
+        skip = ~finite | _is_spike(loss, state, config)
+
+        def unless_skipped(new: Any, old: Any) -> Any:
+            return jax.tree.map(lambda n, o: jnp.where(skip, o, n), new, old)
+
+        losses, seen = state["losses"], state["losses_seen"]
+        if config.spike_window:  # every finite loss enters the window, so a lasting level shift is accepted
+            losses = jnp.where(finite, losses.at[seen % config.spike_window].set(loss), losses)
+            seen = seen + finite
+        new_state = {
+            "params": unless_skipped(params, state["params"]),
+            "opt_state": unless_skipped(opt_state, state["opt_state"]),
+            "applied": state["applied"] + ~skip,
+            "skipped": state["skipped"] + skip,
+            "consecutive_skips": jnp.where(skip, state["consecutive_skips"] + 1, 0),
+            "losses": losses,
+            "losses_seen": seen,
+            # No layer draws random numbers today (no dropout); the key is saved and advanced anyway so
+            # that one which does keeps resume exact.
+            "rng": jax.random.key_data(jax.random.split(jax.random.wrap_key_data(state["rng"]))[0]),
+        }
+        metrics = {
+            "loss": cross_entropy,
+            "z_loss": z_loss,
+            "grad_norm": grad_norm,
+            "lr": schedule(state["applied"]),
+            "skipped": skip,
+        }
+        return new_state, metrics
 
     return train_step
+
+
+def _initial_state(model: Llama, tx: optax.GradientTransformation, config: TrainConfig) -> TrainState:
+    _, params = nnx.split(model)
+    zero = jnp.zeros((), jnp.int32)
+    return {
+        "params": params,
+        "opt_state": tx.init(params),
+        "applied": zero,
+        "skipped": zero,
+        "consecutive_skips": zero,
+        "losses": jnp.zeros(config.spike_window, jnp.float32),
+        "losses_seen": zero,
+        "rng": jax.random.key_data(jax.random.key(config.seed)),
+    }
 
 
 def _check_batch(batch: np.ndarray, step: int, shape: tuple[int, int], vocab_size: int) -> np.ndarray:
@@ -133,123 +173,189 @@ def _check_batch(batch: np.ndarray, step: int, shape: tuple[int, int], vocab_siz
     return batch.astype(np.int32)
 
 
+def _metrics_before(path: Path, step: int) -> list[dict[str, Any]]:
+    """The recorded steps before ``step``: what survives of a killed run's log (a torn last line is dropped)."""
+    if not path.exists():
+        return []
+    records = []
+    for line in path.read_text().splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            break
+        if record["step"] >= step:
+            break
+        records.append(record)
+    return records
+
+
+def _check_resumable(found: dict[str, Any], expected: dict[str, Any], where: Path) -> None:
+    """A checkpoint is only resumed by the run that wrote it (``steps`` may grow: extending a run)."""
+    for section in ("model", "train"):
+        differ = sorted(
+            k
+            for k in expected[section].keys() | found[section].keys()
+            if k != "steps" and expected[section].get(k) != found[section].get(k)
+        )
+        if differ:
+            raise ValueError(
+                f"{where} holds a run with another {section} config (fields {differ}); "
+                "use a fresh --out directory"
+            )
+
+
 def train(
     model_config: LlamaConfig,
     config: TrainConfig,
     batch_fn: Callable[[int], np.ndarray],
     out_dir: Path,
     progress: bool = True,
+    on_step: Sequence[Callable[[dict[str, Any]], None]] = (),
 ) -> dict[str, Any]:
-    """Train from ``nnx.Rngs(config.seed)`` on ``batch_fn(step)`` and write the checkpoint into ``out_dir``.
+    """Train on ``batch_fn(step)`` into ``out_dir``, resuming from its last checkpoint if it has one.
 
     ``batch_fn(step)`` returns ints of shape (batch_size, seq_len + 1); inputs are ``batch[:, :-1]``,
-    targets ``batch[:, 1:]``. Raises RuntimeError at the first non-finite loss. Returns the summary
-    also written to ``train.json``.
+    targets ``batch[:, 1:]``. Bad updates (non-finite, or a loss spike) are skipped and counted; more
+    than ``max_consecutive_skips`` in a row raise RuntimeError. ``on_step`` callbacks get each step's
+    metrics record. Returns the summary also written to ``train.json``.
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    graphdef, params = nnx.split(Llama(model_config, nnx.Rngs(config.seed)))
+    mesh = data_mesh()
+    if config.batch_size % mesh.size:
+        raise ValueError(f"batch_size ({config.batch_size}) must be a multiple of the device count ({mesh.size})")
+    model = Llama(model_config, nnx.Rngs(config.seed))
+    graphdef = nnx.graphdef(model)
     tx = make_optimizer(config)
-    train_step = _make_train_step(graphdef, tx, learning_rate_schedule(config))
-    opt_state = tx.init(params)
+    state = _initial_state(model, tx, config)
+    shardings = state_shardings(state, mesh, config.fsdp)
+    meta = {"model": model_config.model_dump(), "train": config.model_dump()}
+    (out_dir / MODEL_FILE).write_text(json.dumps(meta["model"], indent=2))
 
+    replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+    train_step = jax.jit(
+        _make_train_step(graphdef, tx, config),
+        in_shardings=(shardings, batch_sharding(mesh)),
+        out_shardings=(shardings, replicated),
+    )
     batch_shape = (config.batch_size, model_config.seq_len + 1)
     tokens_per_step = config.batch_size * model_config.seq_len
     flops_per_token = model_config.flops_per_token()
-    metrics: list[dict[str, float]] = []
-    start = last = time.perf_counter()
-    with (
-        (out_dir / METRICS_FILE).open("w") as metrics_file,
-        tqdm(
-            range(config.steps), desc="train", unit="step", disable=not progress, mininterval=REFRESH
-        ) as bar,
-    ):
-        for step in bar:
-            batch = _check_batch(batch_fn(step), step, batch_shape, model_config.vocab_size)
-            params, opt_state, out = train_step(params, opt_state, batch, step)
-            record = {"step": step, **{name: float(value) for name, value in jax.device_get(out).items()}}
-            now = time.perf_counter()
-            seconds, last = now - last, now
-            if not math.isfinite(record["loss"]):
-                raise RuntimeError(f"non-finite loss {record['loss']} at step {step}; lower learning_rate?")
-            record["step_seconds"] = seconds
-            record["tokens_per_s"] = tokens_per_step / seconds
-            record["mfu"] = record["tokens_per_s"] * flops_per_token / config.peak_flops
-            metrics_file.write(json.dumps(record) + "\n")
-            metrics.append(record)
-            if step % config.log_every == 0 or step == config.steps - 1:
-                bar.set_postfix(loss=f"{record['loss']:.3f}", lr=f"{record['lr']:.2e}")
-                logger.info("step %d loss %.4f grad_norm %.3f", step, record["loss"], record["grad_norm"])
-    wall_seconds = time.perf_counter() - start
+    peak_flops = config.peak_flops * mesh.size if config.peak_flops else measure_matmul_peak()
 
-    # Throughput excludes step 0, which carries the compile.
-    steady_seconds = sum(m["step_seconds"] for m in metrics[1:]) or metrics[0]["step_seconds"]
-    steady_tokens = tokens_per_step * max(config.steps - 1, 1)
-    tokens_per_s = steady_tokens / steady_seconds
+    with Checkpoints(out_dir / CHECKPOINTS_DIR, config.keep_last, config.keep_every) as checkpoints:
+        start = checkpoints.latest_step() or 0
+        if start:
+            _check_resumable(checkpoints.meta(start), meta, out_dir)
+            state = checkpoints.restore(start, state, shardings)
+            logger.info("resuming from the checkpoint of step %d in %s", start, out_dir)
+        else:
+            state = jax.device_put(state, shardings)
+        metrics = _metrics_before(out_dir / METRICS_FILE, start)
+        if len(metrics) != start:
+            raise ValueError(f"{out_dir / METRICS_FILE} has {len(metrics)} steps before checkpoint {start}")
+        began = last = time.perf_counter()
+        with (
+            (out_dir / METRICS_FILE).open("w") as metrics_file,
+            tqdm(
+                range(start, config.steps),
+                desc="train",
+                unit="step",
+                disable=not progress,
+                mininterval=REFRESH,
+                initial=start,
+                total=config.steps,
+            ) as bar,
+        ):
+            metrics_file.writelines(json.dumps(m) + "\n" for m in metrics)
+            for step in bar:
+                batch = _check_batch(batch_fn(step), step, batch_shape, model_config.vocab_size)
+                state, out = train_step(state, batch)
+                out = jax.device_get(out)
+                now = time.perf_counter()
+                seconds, last = now - last, now
+                record = {"step": step, **{k: float(v) for k, v in out.items() if k != "skipped"}}
+                record["skipped"] = bool(out["skipped"])
+                record["step_seconds"] = seconds
+                record["tokens_per_s"] = tokens_per_step / seconds
+                record["mfu"] = record["tokens_per_s"] * flops_per_token / peak_flops
+                metrics_file.write(json.dumps(record) + "\n")
+                metrics_file.flush()
+                metrics.append(record)
+                for callback in on_step:
+                    callback(record)
+                if int(state["consecutive_skips"]) >= config.max_consecutive_skips:
+                    raise RuntimeError(
+                        f"{config.max_consecutive_skips} bad updates in a row (non-finite or spiking loss "
+                        f"{record['loss']}) at step {step}; lower learning_rate?"
+                    )
+                if (step + 1) % config.checkpoint_every == 0 or step + 1 == config.steps:
+                    checkpoints.save(step + 1, state, meta)
+                if step % config.log_every == 0 or step == config.steps - 1:
+                    bar.set_postfix(loss=f"{record['loss']:.3f}", lr=f"{record['lr']:.2e}")
+                    logger.info("step %d loss %.4f grad_norm %.3f", step, record["loss"], record["grad_norm"])
+        wall_seconds = time.perf_counter() - began
+
+    # Throughput excludes the first step of this process, which carries the compile.
+    timed = metrics[start + 1 :] or metrics[-1:]
+    tokens_per_s = tokens_per_step * len(timed) / sum(m["step_seconds"] for m in timed)
     summary = {
         "steps": config.steps,
+        "resumed_from_step": start,
         "initial_loss": metrics[0]["loss"],
         "final_loss": float(np.mean([m["loss"] for m in metrics[-FINAL_LOSS_WINDOW:]])),
+        "skipped_updates": sum(m["skipped"] for m in metrics),
         "tokens_seen": tokens_per_step * config.steps,
         "params": model_config.num_params(),
         "non_embedding_params": model_config.num_params(include_embeddings=False),
         "flops_per_token": flops_per_token,
         "flops": flops_per_token * tokens_per_step * config.steps,
+        "devices": mesh.size,
         "wall_seconds": wall_seconds,
-        "first_step_seconds": metrics[0]["step_seconds"],
         "tokens_per_s": tokens_per_s,
-        "mfu": tokens_per_s * flops_per_token / config.peak_flops,
+        "peak_flops": peak_flops,
+        "mfu": tokens_per_s * flops_per_token / peak_flops,
     }
-    save_checkpoint(nnx.merge(graphdef, params), out_dir)
-    (out_dir / TRAIN_FILE).write_text(
-        json.dumps({"config": config.model_dump(), "summary": summary}, indent=2)
-    )
+    (out_dir / TRAIN_FILE).write_text(json.dumps({"config": meta["train"], "summary": summary}, indent=2))
     plot_loss_curve(metrics, summary, out_dir / LOSS_CURVE_FILE)
     return summary
 
 
-def _path_key(path: tuple) -> str:
-    return "/".join(str(part) for part in path)
+def abstract_model(config: LlamaConfig) -> tuple[nnx.GraphDef, nnx.State]:
+    """The model's structure and parameter shapes, without allocating or initialising anything."""
+    return nnx.split(nnx.eval_shape(lambda: Llama(config, nnx.Rngs(0))))
 
 
-def save_checkpoint(model: Llama, out_dir: Path) -> None:
-    """Write ``params.npz`` (flat parameter paths such as ``blocks/0/attn/wq/kernel``) and ``model.json``."""
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    arrays = {_path_key(p): np.asarray(v.get_value()) for p, v in nnx.to_flat_state(nnx.state(model))}
-    with (out_dir / PARAMS_FILE).open("wb") as f:
-        np.savez(f, **arrays)
-    (out_dir / MODEL_FILE).write_text(json.dumps(model.config.model_dump(), indent=2))
+def load_params(path: Path, step: int | None = None) -> tuple[nnx.GraphDef, nnx.State, LlamaConfig, int]:
+    """Parameters of a training directory's checkpoint ``step`` (default: the latest), on one device."""
+    path = Path(path)
+    if not (path / MODEL_FILE).is_file() or not (path / CHECKPOINTS_DIR).is_dir():
+        raise FileNotFoundError(f"not a training directory (no {MODEL_FILE} and {CHECKPOINTS_DIR}/): {path}")
+    config = LlamaConfig.model_validate_json((path / MODEL_FILE).read_text())
+    graphdef, like = abstract_model(config)
+    with Checkpoints(path / CHECKPOINTS_DIR) as checkpoints:
+        step = checkpoints.latest_step() if step is None else step
+        if step is None or step not in checkpoints.all_steps():
+            raise FileNotFoundError(f"no complete checkpoint {step if step is not None else ''} in {path}")
+        params = checkpoints.restore_params(step, like)
+    return graphdef, params, config, step
 
 
 def load_checkpoint(path: Path) -> tuple[Llama, LlamaConfig]:
-    """The model exactly as trained, from a checkpoint directory written by ``train``."""
-    path = Path(path)
-    config = LlamaConfig.model_validate_json((path / MODEL_FILE).read_text())
-    graphdef, state = nnx.split(nnx.eval_shape(lambda: Llama(config, nnx.Rngs(0))))
-    flat = nnx.to_flat_state(state)
-    with np.load(path / PARAMS_FILE) as arrays:
-        expected, found = {_path_key(p) for p, _ in flat}, set(arrays.files)
-        if expected != found:
-            raise ValueError(
-                f"{path / PARAMS_FILE} does not match {MODEL_FILE}: "
-                f"missing {sorted(expected - found)}, unexpected {sorted(found - expected)}"
-            )
-        for p, variable in flat:
-            array = arrays[_path_key(p)]
-            if array.shape != variable.get_value().shape:
-                raise ValueError(
-                    f"{_path_key(p)} has shape {array.shape}, expected {variable.get_value().shape}"
-                )
-            variable.set_value(jnp.asarray(array))
-    return nnx.merge(graphdef, nnx.from_flat_state(flat)), config
+    """The model exactly as trained, from the last checkpoint of a directory written by ``train``."""
+    graphdef, params, config, _ = load_params(path)
+    return nnx.merge(graphdef, params), config
 
 
-def plot_loss_curve(metrics: list[dict[str, float]], summary: dict[str, Any], path: Path) -> None:
+def plot_loss_curve(metrics: list[dict[str, Any]], summary: dict[str, Any], path: Path) -> None:
     figure = Figure(figsize=(6, 4), dpi=100)
     FigureCanvasAgg(figure)
     ax = figure.add_subplot()
     ax.plot([m["step"] for m in metrics], [m["loss"] for m in metrics], linewidth=1)
+    skipped = [m for m in metrics if m["skipped"]]
+    if skipped:
+        ax.scatter([m["step"] for m in skipped], [m["loss"] for m in skipped], c="red", s=8, label="skipped")
+        ax.legend()
     ax.set_xlabel("step")
     ax.set_ylabel("training loss (nats/token)")
     ax.set_title(

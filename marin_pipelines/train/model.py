@@ -1,13 +1,14 @@
 """A Llama-style decoder in Flax NNX, readable top to bottom.
 
-Token embedding -> n_layers x [RMSNorm -> grouped-query causal attention with RoPE -> residual,
-RMSNorm -> SwiGLU MLP -> residual] -> final RMSNorm -> LM head (or the tied embedding).
-Parameters are float32; logits are float32.
+Token embedding -> n_layers x [RMSNorm -> grouped-query causal attention with RoPE (optionally
+QK-norm) -> residual, RMSNorm -> SwiGLU MLP -> residual] -> final RMSNorm -> LM head (or the tied
+embedding). Parameters are float32; matmuls run in ``dtype`` (bfloat16 on TPU/GPU); logits are float32.
 """
 
 from __future__ import annotations
 
 import math
+from typing import Literal
 
 import jax
 import jax.numpy as jnp
@@ -31,7 +32,9 @@ class LlamaConfig(BaseModel):
     d_ff: int = Field(gt=0)
     rope_theta: float = Field(default=10_000.0, gt=0)
     tie_embeddings: bool = False
+    qk_norm: bool = Field(default=False, description="RMSNorm on each head's queries and keys (OLMo 2, Qwen 3)")
     norm_eps: float = Field(default=1e-5, gt=0)
+    dtype: Literal["float32", "bfloat16"] = Field(default="float32", description="compute dtype of matmuls")
 
     @model_validator(mode="after")
     def _check_heads(self) -> LlamaConfig:
@@ -54,7 +57,7 @@ class LlamaConfig(BaseModel):
 
     def num_params(self, include_embeddings: bool = True) -> int:
         """Trainable parameters. Embeddings are the token embedding plus the untied LM head."""
-        norms = (2 * self.n_layers + 1) * self.d_model
+        norms = (2 * self.n_layers + 1) * self.d_model + self.n_layers * 2 * self.head_dim * self.qk_norm
         non_embedding = self.n_layers * self._layer_matmul_params() + norms
         if not include_embeddings:
             return non_embedding
@@ -62,14 +65,16 @@ class LlamaConfig(BaseModel):
         return non_embedding + embeddings
 
     def flops_per_token(self) -> float:
-        """Training FLOPs per token, Kaplan et al. (2020) as used by Levanter's 6N accounting.
+        """Training FLOPs per token, Levanter's ``lm_flops_per_token`` x 3 (forward + backward).
 
-        6 x the matmul parameters (every layer's projections plus the LM head, tied or not; the
-        embedding lookup and norm scales do no matmuls) + 6 x n_layers x seq_len x d_model for the
-        attention scores and their weighted sum (full T x T, causality not discounted).
+        Forward: 2 x the matmul parameters (every layer's projections plus the LM head, tied or not;
+        the embedding lookup and norm scales do no matmuls), plus per layer the attention over the
+        full T x T map as Megatron counts it (causality not discounted): 2 T d for the QK^T logits,
+        2 T d for the weighted sum of values and 3 T n_heads for mask and softmax. So 6N + attention.
         """
         matmul = self.n_layers * self._layer_matmul_params() + self.vocab_size * self.d_model
-        return 6.0 * matmul + 6.0 * self.n_layers * self.seq_len * self.d_model
+        attention = self.n_layers * (4 * self.seq_len * self.d_model + 3 * self.seq_len * self.n_heads)
+        return 3.0 * (2.0 * matmul + attention)
 
 
 # Shapes only; the caller supplies vocab_size and seq_len. Non-embedding params in the comment.
@@ -80,6 +85,11 @@ MODEL_SIZES: dict[str, dict[str, int]] = {
     "mini": dict(d_model=192, n_layers=6, n_heads=6, n_kv_heads=3, d_ff=512),  # 2.4M
     "small": dict(d_model=256, n_layers=8, n_heads=8, n_kv_heads=4, d_ff=688),  # 5.8M
     "20m": dict(d_model=384, n_layers=12, n_heads=6, n_kv_heads=3, d_ff=1024),  # 19M
+    "50m": dict(d_model=512, n_layers=16, n_heads=8, n_kv_heads=4, d_ff=1408),  # 47M
+    "150m": dict(d_model=768, n_layers=24, n_heads=12, n_kv_heads=4, d_ff=2048),  # 151M
+    "300m": dict(d_model=1024, n_layers=24, n_heads=16, n_kv_heads=8, d_ff=2816),  # 283M
+    "600m": dict(d_model=1536, n_layers=24, n_heads=16, n_kv_heads=8, d_ff=4096),  # 623M
+    "1b": dict(d_model=2048, n_layers=22, n_heads=16, n_kv_heads=8, d_ff=5632),  # 1.04B
 }
 
 
@@ -90,8 +100,13 @@ def preset(name: str, vocab_size: int, seq_len: int) -> LlamaConfig:
     return LlamaConfig(vocab_size=vocab_size, seq_len=seq_len, **MODEL_SIZES[name])
 
 
-def _dense(d_in: int, d_out: int, std: float, rngs: nnx.Rngs) -> nnx.Linear:
-    return nnx.Linear(d_in, d_out, use_bias=False, kernel_init=nnx.initializers.normal(std), rngs=rngs)
+def _dense(d_in: int, d_out: int, std: float, config: LlamaConfig, rngs: nnx.Rngs) -> nnx.Linear:
+    init = nnx.initializers.normal(std)
+    return nnx.Linear(d_in, d_out, use_bias=False, kernel_init=init, dtype=config.dtype, rngs=rngs)
+
+
+def _norm(dim: int, config: LlamaConfig, rngs: nnx.Rngs) -> nnx.RMSNorm:
+    return nnx.RMSNorm(dim, epsilon=config.norm_eps, dtype=config.dtype, rngs=rngs)
 
 
 def apply_rope(x: jax.Array, theta: float) -> jax.Array:
@@ -101,7 +116,7 @@ def apply_rope(x: jax.Array, theta: float) -> jax.Array:
     angles = jnp.arange(seq_len, dtype=jnp.float32)[:, None] * inv_freq[None, :]  # [T, D/2]
     cos, sin = jnp.cos(angles)[None, :, None, :], jnp.sin(angles)[None, :, None, :]
     x1, x2 = jnp.split(x, 2, axis=-1)
-    return jnp.concatenate([x1 * cos - x2 * sin, x1 * sin + x2 * cos], axis=-1)
+    return jnp.concatenate([x1 * cos - x2 * sin, x1 * sin + x2 * cos], axis=-1).astype(x.dtype)
 
 
 class Attention(nnx.Module):
@@ -111,10 +126,13 @@ class Attention(nnx.Module):
         d, hd = config.d_model, config.head_dim
         out_std = INIT_STD / math.sqrt(2 * config.n_layers)  # GPT-2: residual writes shrink with depth
         self.config = config
-        self.wq = _dense(d, config.n_heads * hd, INIT_STD, rngs)
-        self.wk = _dense(d, config.n_kv_heads * hd, INIT_STD, rngs)
-        self.wv = _dense(d, config.n_kv_heads * hd, INIT_STD, rngs)
-        self.wo = _dense(config.n_heads * hd, d, out_std, rngs)
+        self.wq = _dense(d, config.n_heads * hd, INIT_STD, config, rngs)
+        self.wk = _dense(d, config.n_kv_heads * hd, INIT_STD, config, rngs)
+        self.wv = _dense(d, config.n_kv_heads * hd, INIT_STD, config, rngs)
+        self.wo = _dense(config.n_heads * hd, d, out_std, config, rngs)
+        # QK-norm bounds the attention logits, which keeps large learning rates stable.
+        self.q_norm = _norm(hd, config, rngs) if config.qk_norm else None
+        self.k_norm = _norm(hd, config, rngs) if config.qk_norm else None
 
     def __call__(self, x: jax.Array) -> jax.Array:
         c = self.config
@@ -122,6 +140,8 @@ class Attention(nnx.Module):
         q = self.wq(x).reshape(batch, seq_len, c.n_heads, c.head_dim)
         k = self.wk(x).reshape(batch, seq_len, c.n_kv_heads, c.head_dim)
         v = self.wv(x).reshape(batch, seq_len, c.n_kv_heads, c.head_dim)
+        if self.q_norm is not None and self.k_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
         q, k = apply_rope(q, c.rope_theta), apply_rope(k, c.rope_theta)
         out = jax.nn.dot_product_attention(q, k, v, is_causal=True)  # [B, T, n_heads, head_dim]
         return self.wo(out.reshape(batch, seq_len, c.n_heads * c.head_dim))
@@ -132,9 +152,9 @@ class SwiGLU(nnx.Module):
 
     def __init__(self, config: LlamaConfig, rngs: nnx.Rngs):
         out_std = INIT_STD / math.sqrt(2 * config.n_layers)
-        self.w_gate = _dense(config.d_model, config.d_ff, INIT_STD, rngs)
-        self.w_up = _dense(config.d_model, config.d_ff, INIT_STD, rngs)
-        self.w_down = _dense(config.d_ff, config.d_model, out_std, rngs)
+        self.w_gate = _dense(config.d_model, config.d_ff, INIT_STD, config, rngs)
+        self.w_up = _dense(config.d_model, config.d_ff, INIT_STD, config, rngs)
+        self.w_down = _dense(config.d_ff, config.d_model, out_std, config, rngs)
 
     def __call__(self, x: jax.Array) -> jax.Array:
         return self.w_down(jax.nn.silu(self.w_gate(x)) * self.w_up(x))
@@ -144,9 +164,9 @@ class Block(nnx.Module):
     """Pre-norm transformer block."""
 
     def __init__(self, config: LlamaConfig, rngs: nnx.Rngs):
-        self.attn_norm = nnx.RMSNorm(config.d_model, epsilon=config.norm_eps, rngs=rngs)
+        self.attn_norm = _norm(config.d_model, config, rngs)
         self.attn = Attention(config, rngs)
-        self.mlp_norm = nnx.RMSNorm(config.d_model, epsilon=config.norm_eps, rngs=rngs)
+        self.mlp_norm = _norm(config.d_model, config, rngs)
         self.mlp = SwiGLU(config, rngs)
 
     def __call__(self, x: jax.Array) -> jax.Array:
@@ -159,13 +179,14 @@ class Llama(nnx.Module):
 
     def __init__(self, config: LlamaConfig, rngs: nnx.Rngs):
         self.config = config
+        init = nnx.initializers.normal(INIT_STD)
         self.embed = nnx.Embed(
-            config.vocab_size, config.d_model, embedding_init=nnx.initializers.normal(INIT_STD), rngs=rngs
+            config.vocab_size, config.d_model, embedding_init=init, dtype=config.dtype, rngs=rngs
         )
         self.blocks = nnx.List([Block(config, rngs) for _ in range(config.n_layers)])
-        self.final_norm = nnx.RMSNorm(config.d_model, epsilon=config.norm_eps, rngs=rngs)
+        self.final_norm = _norm(config.d_model, config, rngs)
         self.lm_head = (
-            None if config.tie_embeddings else _dense(config.d_model, config.vocab_size, INIT_STD, rngs)
+            None if config.tie_embeddings else _dense(config.d_model, config.vocab_size, INIT_STD, config, rngs)
         )
 
     def __call__(self, tokens: jax.Array) -> jax.Array:

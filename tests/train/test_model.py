@@ -17,10 +17,11 @@ def real_param_count(config: LlamaConfig) -> int:
     return sum(math.prod(leaf.shape) for leaf in jax.tree.leaves(nnx.state(model, nnx.Param)))
 
 
+@pytest.mark.parametrize("qk_norm", [False, True])
 @pytest.mark.parametrize("tie", [False, True])
 @pytest.mark.parametrize("kv_heads", [1, 2, 4])
-def test_num_params_matches_the_model(tie, kv_heads):
-    config = SMALL.model_copy(update={"tie_embeddings": tie, "n_kv_heads": kv_heads})
+def test_num_params_matches_the_model(tie, kv_heads, qk_norm):
+    config = SMALL.model_copy(update={"tie_embeddings": tie, "n_kv_heads": kv_heads, "qk_norm": qk_norm})
     assert config.num_params() == real_param_count(config)
     embeddings = config.vocab_size * config.d_model * (1 if tie else 2)
     assert config.num_params(include_embeddings=False) == config.num_params() - embeddings
@@ -38,15 +39,21 @@ def test_presets_grow_and_nano_is_nano():
     assert counts == sorted(counts)
     assert 0.1e6 <= counts[0] <= 0.3e6
     assert 15e6 <= preset("20m", 4096, 128).num_params(include_embeddings=False) <= 25e6
+    assert 0.9e9 <= preset("1b", 32_000, 2048).num_params() <= 1.2e9
     with pytest.raises(ValueError, match="'huge' is not one of"):
         preset("huge", 4096, 128)
 
 
 def test_flops_per_token_by_hand():
-    d, kv, ff, layers, vocab, seq = 32, 2 * 8, 48, 2, 50, 16
-    per_layer = d * d + 2 * d * kv + d * d + 3 * d * ff
-    expected = 6 * (layers * per_layer + vocab * d) + 6 * layers * seq * d
-    assert SMALL.flops_per_token() == expected
+    """Levanter's lm_flops_per_token (glu=True) x 3, written out as it is there."""
+    hidden, inter, layers, kv_heads, heads, seq, vocab = 32, 48, 2, 2, 4, 16, 50
+    head_dim = hidden / heads
+    mlp = 2 * 3 * hidden * inter
+    qkv_proj = 2 * hidden * (heads * head_dim + 2 * kv_heads * head_dim)
+    dense_proj = 2 * hidden * hidden
+    attn = (2 * seq**2 * heads * head_dim + 3 * seq * seq * heads + 2 * seq * seq * head_dim * heads) / seq
+    expected = 3 * (layers * (mlp + qkv_proj + dense_proj + attn) + 2 * hidden * vocab)
+    assert SMALL.flops_per_token() == pytest.approx(expected, rel=1e-12)
     # The LM head matmul costs the same whether or not it is tied.
     assert SMALL.model_copy(update={"tie_embeddings": True}).flops_per_token() == expected
 
@@ -97,3 +104,14 @@ def test_rope_scores_depend_only_on_relative_position():
     np.testing.assert_allclose(scores[5, 2], scores[8, 5], rtol=1e-5)
     np.testing.assert_allclose(scores[3, 3], float(q1.ravel() @ k1.ravel()), rtol=1e-5)
     assert not np.isclose(scores[5, 2], scores[5, 3])
+
+
+def test_qk_norm_and_bfloat16_compute_stay_close_to_the_reference():
+    tokens = jnp.asarray(np.random.default_rng(3).integers(0, 50, (2, 16)), jnp.int32)
+    qk = SMALL.model_copy(update={"qk_norm": True})
+    reference = Llama(qk, nnx.Rngs(0))(tokens)
+    assert not np.allclose(reference, Llama(SMALL, nnx.Rngs(0))(tokens), atol=1e-4)  # the norm acts
+    half = Llama(qk.model_copy(update={"dtype": "bfloat16"}), nnx.Rngs(0))
+    logits = half(tokens)
+    assert logits.dtype == jnp.float32 and half.blocks[0].attn.wq.kernel.value.dtype == jnp.float32
+    np.testing.assert_allclose(logits, reference, atol=0.05)

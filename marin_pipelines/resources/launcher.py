@@ -1,0 +1,126 @@
+"""Where training runs: a subprocess here (``LocalLauncher``) or a pod on Kubernetes (``K8sLauncher``).
+
+Both run the same entry point, ``python -m marin_pipelines.train --config FILE --data CACHE --out DIR``, under
+Dagster Pipes: the child streams its logged steps back as Pipes log lines and custom messages while
+it trains, and writes the checkpoint into ``--out``. On Kubernetes that directory must be shared with
+the pod (the store on a mounted volume, see ``volume_claim``), exactly as the artifact store is.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any, Literal
+
+from dagster import AssetExecutionContext, ConfigurableResource, PipesSubprocessClient
+from pydantic import Field, model_validator
+
+TRAIN_COMMAND = ("-m", "marin_pipelines.train", "--quiet")
+
+
+def train_args(config_file: Path, data_dir: Path, out_dir: Path) -> list[str]:
+    return [*TRAIN_COMMAND, "--config", str(config_file), "--data", str(data_dir), "--out", str(out_dir)]
+
+
+class LauncherResource(ConfigurableResource):
+    """Runs ``marin-pipelines train`` somewhere; returns the Pipes custom messages the run reported."""
+
+    env: dict[str, str] = Field(default_factory=dict, description="extra environment of the training process")
+
+    def train(
+        self, context: AssetExecutionContext, config_file: Path, data_dir: Path, out_dir: Path
+    ) -> list[Any]:
+        raise NotImplementedError
+
+
+class LocalLauncher(LauncherResource):
+    """A subprocess on this machine (CPU JAX unless the machine has an accelerator): the default."""
+
+    python: str = Field(default=sys.executable, description="interpreter that has marin_pipelines installed")
+
+    def train(
+        self, context: AssetExecutionContext, config_file: Path, data_dir: Path, out_dir: Path
+    ) -> list[Any]:
+        command = [self.python, *train_args(config_file, data_dir, out_dir)]
+        invocation = PipesSubprocessClient(env=self.env).run(context=context, command=command)
+        return invocation.get_custom_messages()
+
+
+class K8sLauncher(LauncherResource):
+    """A pod on Kubernetes (GKE): TPU slices, NVIDIA GPUs or CPU, through ``PipesK8sClient``."""
+
+    image: str = Field(description="container image with marin_pipelines installed")
+    namespace: str = "default"
+    service_account: str | None = Field(None, description="Kubernetes service account (Workload Identity)")
+    accelerator: Literal["cpu", "tpu", "gpu"] = "cpu"
+    tpu_type: str | None = Field(None, description="GKE TPU accelerator, e.g. tpu-v5-lite-podslice")
+    tpu_topology: str | None = Field(None, description="TPU slice topology, e.g. 2x4")
+    gpu_type: str | None = Field(None, description="GKE GPU accelerator label, e.g. nvidia-h100-80gb")
+    chips: int = Field(1, gt=0, description="TPU chips or GPUs requested by the pod")
+    cpu: str = "4"
+    memory: str = "16Gi"
+    secret_env: dict[str, str] = Field(
+        default_factory=dict, description="env var -> 'secret-name/key', e.g. WANDB_API_KEY: wandb/api-key"
+    )
+    volume_claim: str | None = Field(None, description="PersistentVolumeClaim holding the store")
+    store_mount: str | None = Field(None, description="where the claim is mounted: the store root's path")
+
+    @model_validator(mode="after")
+    def _check_accelerator(self) -> K8sLauncher:
+        if self.accelerator == "tpu" and not (self.tpu_type and self.tpu_topology):
+            raise ValueError("accelerator 'tpu' needs tpu_type and tpu_topology")
+        if bool(self.volume_claim) != bool(self.store_mount):
+            raise ValueError("volume_claim and store_mount go together")
+        for name, ref in self.secret_env.items():
+            if ref.count("/") != 1:
+                raise ValueError(f"secret_env[{name!r}] must be 'secret-name/key', got {ref!r}")
+        return self
+
+    def pod_spec(self) -> dict[str, Any]:
+        """The base pod spec (Kubernetes API field names) for PipesK8sClient; the client adds the command."""
+        limits = {"cpu": self.cpu, "memory": self.memory}
+        selector: dict[str, str] = {}
+        if self.accelerator == "tpu":
+            limits["google.com/tpu"] = str(self.chips)
+            selector = {
+                "cloud.google.com/gke-tpu-accelerator": str(self.tpu_type),
+                "cloud.google.com/gke-tpu-topology": str(self.tpu_topology),
+            }
+        elif self.accelerator == "gpu":
+            limits["nvidia.com/gpu"] = str(self.chips)
+            if self.gpu_type:
+                selector = {"cloud.google.com/gke-accelerator": self.gpu_type}
+        env = [{"name": k, "value": v} for k, v in self.env.items()]
+        env += [
+            {"name": name, "valueFrom": {"secretKeyRef": {"name": ref.split("/")[0], "key": ref.split("/")[1]}}}
+            for name, ref in self.secret_env.items()
+        ]
+        container: dict[str, Any] = {
+            "name": "train",
+            "image": self.image,
+            "env": env,
+            "resources": {"requests": dict(limits), "limits": limits},
+        }
+        spec: dict[str, Any] = {"restartPolicy": "Never", "containers": [container]}
+        if self.volume_claim:
+            container["volumeMounts"] = [{"name": "store", "mountPath": self.store_mount}]
+            spec["volumes"] = [{"name": "store", "persistentVolumeClaim": {"claimName": self.volume_claim}}]
+        if selector:
+            spec["nodeSelector"] = selector
+        if self.service_account:
+            spec["serviceAccountName"] = self.service_account
+        return spec
+
+    def train(
+        self, context: AssetExecutionContext, config_file: Path, data_dir: Path, out_dir: Path
+    ) -> list[Any]:
+        from dagster_k8s import PipesK8sClient
+
+        invocation = PipesK8sClient().run(
+            context=context,
+            image=self.image,
+            command=["python", *train_args(config_file, data_dir, out_dir)],
+            namespace=self.namespace,
+            base_pod_spec=self.pod_spec(),
+        )
+        return invocation.get_custom_messages()

@@ -1,0 +1,86 @@
+"""Export a checkpoint to Hugging Face format: ``model.safetensors`` + ``config.json``.
+
+Our layers map one to one onto ``LlamaForCausalLM`` (RoPE on channel halves, as HF's
+``rotate_half``); with QK-norm the model is exactly ``Qwen3ForCausalLM`` (RMSNorm over each head's
+queries and keys before RoPE), so it is exported as that. Kernels are stored (in, out) by flax and
+(out, in) by torch, hence the transposes.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from safetensors.numpy import save_file
+
+from marin_pipelines.train.checkpoint import load_params
+from marin_pipelines.train.model import LlamaConfig
+from marin_pipelines.train.resume import flatten
+
+WEIGHTS_FILE = "model.safetensors"
+CONFIG_FILE = "config.json"
+
+
+def hf_config(config: LlamaConfig) -> dict[str, Any]:
+    architecture = "Qwen3" if config.qk_norm else "Llama"
+    return {
+        "architectures": [f"{architecture}ForCausalLM"],
+        "model_type": architecture.lower(),
+        "vocab_size": config.vocab_size,
+        "hidden_size": config.d_model,
+        "intermediate_size": config.d_ff,
+        "num_hidden_layers": config.n_layers,
+        "num_attention_heads": config.n_heads,
+        "num_key_value_heads": config.n_kv_heads,
+        "head_dim": config.head_dim,
+        "hidden_act": "silu",
+        "max_position_embeddings": config.seq_len,
+        "rms_norm_eps": config.norm_eps,
+        "rope_theta": config.rope_theta,
+        "tie_word_embeddings": config.tie_embeddings,
+        "attention_bias": False,
+        "mlp_bias": False,
+        "torch_dtype": "float32",
+    }
+
+
+def hf_tensors(params: dict[str, np.ndarray], config: LlamaConfig) -> dict[str, np.ndarray]:
+    """Our flat parameter names -> HF tensor names and layouts."""
+    tensors = {
+        "model.embed_tokens.weight": params["embed.embedding"],
+        "model.norm.weight": params["final_norm.scale"],
+    }
+    if not config.tie_embeddings:
+        tensors["lm_head.weight"] = params["lm_head.kernel"].T
+    linear = {
+        "attn.wq": "self_attn.q_proj",
+        "attn.wk": "self_attn.k_proj",
+        "attn.wv": "self_attn.v_proj",
+        "attn.wo": "self_attn.o_proj",
+        "mlp.w_gate": "mlp.gate_proj",
+        "mlp.w_up": "mlp.up_proj",
+        "mlp.w_down": "mlp.down_proj",
+    }
+    norms = {"attn_norm": "input_layernorm", "mlp_norm": "post_attention_layernorm"}
+    if config.qk_norm:
+        norms.update({"attn.q_norm": "self_attn.q_norm", "attn.k_norm": "self_attn.k_norm"})
+    for i in range(config.n_layers):
+        for ours, theirs in linear.items():
+            tensors[f"model.layers.{i}.{theirs}.weight"] = params[f"blocks.{i}.{ours}.kernel"].T
+        for ours, theirs in norms.items():
+            tensors[f"model.layers.{i}.{theirs}.weight"] = params[f"blocks.{i}.{ours}.scale"]
+    return {name: np.ascontiguousarray(array, np.float32) for name, array in tensors.items()}
+
+
+def export_hf(train_dir: Path, out_dir: Path) -> dict[str, Any]:
+    """Write the latest checkpoint of ``train_dir`` as a Hugging Face model into ``out_dir``."""
+    _, params, config, step = load_params(train_dir)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    flat = {name: np.asarray(leaf) for name, leaf in flatten(params).items()}
+    save_file(hf_tensors(flat, config), str(out_dir / WEIGHTS_FILE), metadata={"format": "pt", "step": str(step)})
+    hf = hf_config(config)
+    (out_dir / CONFIG_FILE).write_text(json.dumps(hf, indent=2))
+    return hf

@@ -1,0 +1,134 @@
+"""Resumable training state on disk: an orbax CheckpointManager, asynchronous, atomic per step.
+
+A step directory holds three items: ``params`` (the model), ``state`` (optimiser state, update
+counters, the loss-spike window, the RNG) and ``meta`` (the configs that wrote it). Leaves are saved
+under flat dotted names (``blocks.0.attn.wq.kernel``) and restored into the tree of a freshly built
+state, so the on-disk format does not depend on optax's or flax's pytree classes. Orbax writes each
+step into a temporary directory and renames it when complete: a process killed mid-save leaves no
+step that a later run would read.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+
+def leaf_name(path: tuple) -> str:
+    """``blocks.0.attn.wq.kernel`` for a path of dict keys, sequence indices and attributes."""
+    parts = [str(getattr(k, "key", getattr(k, "idx", getattr(k, "name", None)))) for k in path]
+    return ".".join(parts[:-1] if parts[-1:] == ["value"] else parts)  # nnx Variables hold .value
+
+
+def flatten(tree: Any) -> dict[str, Any]:
+    return {leaf_name(path): leaf for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]}
+
+
+def unflatten(like: Any, flat: dict[str, Any]) -> Any:
+    names = [leaf_name(path) for path, _ in jax.tree_util.tree_flatten_with_path(like)[0]]
+    return jax.tree.unflatten(jax.tree.structure(like), [flat[name] for name in names])
+
+
+def params_sha256(params: Any) -> str:
+    """One hash of every parameter: names, dtypes, shapes and bytes, in name order."""
+    digest = hashlib.sha256()
+    for name, leaf in sorted(flatten(params).items()):
+        array = np.asarray(leaf)
+        digest.update(f"{name}:{array.dtype}:{array.shape};".encode())
+        digest.update(np.ascontiguousarray(array).tobytes())
+    return digest.hexdigest()
+
+
+def _abstract(tree: Any, shardings: Any) -> dict[str, jax.ShapeDtypeStruct]:
+    flat, flat_shardings = flatten(tree), flatten(shardings)
+    return {
+        name: jax.ShapeDtypeStruct(np.shape(leaf), leaf.dtype, sharding=flat_shardings[name])
+        for name, leaf in flat.items()
+    }
+
+
+class Checkpoints:
+    """The run's checkpoints under ``directory``: the last ``keep_last``, plus every ``keep_every``-th step."""
+
+    def __init__(self, directory: Path, keep_last: int | None = None, keep_every: int | None = None):
+        """``keep_last=None`` opens existing checkpoints for reading: nothing is created or cleaned up."""
+        writing = keep_last is not None
+        options = ocp.CheckpointManagerOptions(
+            max_to_keep=keep_last,
+            keep_period=keep_every,
+            enable_async_checkpointing=writing,
+            cleanup_tmp_directories=writing,
+            create=writing,
+        )
+        self.directory = Path(directory).absolute()
+        handlers = {
+            "params": ocp.StandardCheckpointHandler(),
+            "state": ocp.StandardCheckpointHandler(),
+            "meta": ocp.JsonCheckpointHandler(),
+        }
+        self.manager = ocp.CheckpointManager(self.directory, options=options, item_handlers=handlers)
+
+    def __enter__(self) -> Checkpoints:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.manager.wait_until_finished()
+        self.manager.close()
+
+    def latest_step(self) -> int | None:
+        return self.manager.latest_step()
+
+    def all_steps(self) -> list[int]:
+        return sorted(self.manager.all_steps())
+
+    def save(self, step: int, state: dict[str, Any], meta: dict[str, Any]) -> None:
+        """Start writing ``state`` (a dict with ``params``) as ``step``; returns once the arrays are copied."""
+        rest = {k: v for k, v in state.items() if k != "params"}
+        self.manager.save(
+            step,
+            args=ocp.args.Composite(
+                params=ocp.args.StandardSave(flatten(state["params"])),
+                state=ocp.args.StandardSave(flatten(rest)),
+                meta=ocp.args.JsonSave(meta),
+            ),
+        )
+
+    def restore(self, step: int, like: dict[str, Any], shardings: dict[str, Any]) -> dict[str, Any]:
+        """The state saved at ``step``, in the tree structure and shardings of ``like``."""
+        rest = {k: v for k, v in like.items() if k != "params"}
+        rest_shardings = {k: v for k, v in shardings.items() if k != "params"}
+        self._check_names(step, like["params"])
+        restored = self.manager.restore(
+            step,
+            args=ocp.args.Composite(
+                params=ocp.args.StandardRestore(_abstract(like["params"], shardings["params"])),
+                state=ocp.args.StandardRestore(_abstract(rest, rest_shardings)),
+            ),
+        )
+        return {"params": unflatten(like["params"], restored["params"]), **unflatten(rest, restored["state"])}
+
+    def restore_params(self, step: int, like: Any) -> Any:
+        """Only the parameters (for evaluation and export), on the default device."""
+        self._check_names(step, like)
+        device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+        abstract = _abstract(like, jax.tree.map(lambda _: device, like))
+        restored = self.manager.restore(
+            step, args=ocp.args.Composite(params=ocp.args.StandardRestore(abstract))
+        )
+        return unflatten(like, restored["params"])
+
+    def meta(self, step: int) -> dict[str, Any]:
+        return self.manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
+
+    def _check_names(self, step: int, params: Any) -> None:
+        found = set(self.manager.item_metadata(step)["params"].keys())
+        expected = set(flatten(params))
+        if found != expected:
+            raise ValueError(
+                f"parameters of step {step} in {self.directory} do not match the model: "
+                f"missing {sorted(expected - found)}, unexpected {sorted(found - expected)}"
+            )
