@@ -3,15 +3,19 @@
 A stage is a generator of ``(document, reason)`` pairs: ``reason`` is None for a kept document and
 names the rule otherwise. ``write_stage`` stores kept documents in ``documents-*.parquet`` and removed
 ones, with their reason, in ``removed-*.parquet``, so nothing disappears without a trace.
+``run_stage`` runs a per-document stage shard by shard in a process pool.
 """
 
 from __future__ import annotations
 
+import multiprocessing
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -20,6 +24,9 @@ Document = dict[str, Any]
 Decision = tuple[Document, str | None]
 KEPT_PREFIX = "documents"
 REMOVED_PREFIX = "removed"
+SHARD_SIZE = 10_000
+T = TypeVar("T")
+R = TypeVar("R")
 
 
 @dataclass
@@ -52,12 +59,21 @@ class Funnel:
     def from_dict(cls, d: dict[str, Any]) -> Funnel:
         return cls(d["docs_in"], d["docs_out"], Counter(d.get("removed", {})))
 
+    def __add__(self, other: Funnel) -> Funnel:
+        return Funnel(
+            self.docs_in + other.docs_in, self.docs_out + other.docs_out, self.removed + other.removed
+        )
+
 
 class ShardWriter:
-    """Writes rows into numbered parquet shards of at most ``shard_size`` rows."""
+    """Writes rows into numbered parquet shards of at most ``shard_size`` rows.
 
-    def __init__(self, directory: Path, prefix: str, shard_size: int = 10_000):
-        self.directory, self.prefix, self.shard_size = directory, prefix, shard_size
+    Shards are named ``{prefix}-{unit}-{n}.parquet``: ``unit`` is the input shard (or file) they come
+    from, so that shards written by parallel workers sort in input order.
+    """
+
+    def __init__(self, directory: Path, prefix: str, shard_size: int = SHARD_SIZE, unit: int = 0):
+        self.directory, self.prefix, self.shard_size = directory, f"{prefix}-{unit:05d}", shard_size
         self.rows: list[Document] = []
         self.files: list[Path] = []
         self.count = 0
@@ -79,11 +95,13 @@ class ShardWriter:
         self.rows = []
 
 
-def write_stage(decisions: Iterable[Decision], directory: Path, shard_size: int = 10_000) -> Funnel:
+def write_stage(
+    decisions: Iterable[Decision], directory: Path, shard_size: int = SHARD_SIZE, unit: int = 0
+) -> Funnel:
     """Drain a stage's decisions into kept and removed shards; returns the funnel."""
     funnel = Funnel()
-    kept = ShardWriter(directory, KEPT_PREFIX, shard_size)
-    removed = ShardWriter(directory, REMOVED_PREFIX, shard_size)
+    kept = ShardWriter(directory, KEPT_PREFIX, shard_size, unit)
+    removed = ShardWriter(directory, REMOVED_PREFIX, shard_size, unit)
     for doc, reason in decisions:
         funnel.record(reason)
         if reason is None:
@@ -93,6 +111,46 @@ def write_stage(decisions: Iterable[Decision], directory: Path, shard_size: int 
     kept.flush()
     removed.flush()
     return funnel
+
+
+def run_stage(
+    stage: Callable[[Iterable[Document], Any], Iterable[Decision]],
+    config: Any,
+    source: Path,
+    directory: Path,
+    workers: int = 1,
+) -> Funnel:
+    """A per-document stage over every kept shard of ``source``: shard in, shard out, ``workers`` at a time.
+
+    ``stage(docs, config)`` must be picklable (a module-level function) and must decide each document
+    on its own, so that output files and funnel are the same for any number of workers.
+    """
+    shards = list(enumerate(sorted(source.glob(f"{KEPT_PREFIX}-*.parquet"))))
+    funnels = map_in_processes(partial(_run_shard, stage, config, directory), shards, workers)
+    return sum(funnels, Funnel())
+
+
+def _run_shard(
+    stage: Callable[[Iterable[Document], Any], Iterable[Decision]],
+    config: Any,
+    directory: Path,
+    shard: tuple[int, Path],
+) -> Funnel:
+    unit, path = shard
+    return write_stage(stage(pq.read_table(path).to_pylist(), config), directory, unit=unit)
+
+
+def map_in_processes(fn: Callable[[T], R], items: Sequence[T], workers: int) -> list[R]:
+    """``[fn(item) for item in items]``, in a pool of ``workers`` processes when that can help.
+
+    Workers come from a fork server (a clean process forked on demand, safe in the threaded Dagster
+    process); they import the stage's modules once and stay for the whole map.
+    """
+    if workers <= 1 or len(items) <= 1:
+        return [fn(item) for item in items]
+    context = multiprocessing.get_context("forkserver")
+    with ProcessPoolExecutor(min(workers, len(items)), mp_context=context) as pool:
+        return list(pool.map(fn, items))
 
 
 def read_documents(

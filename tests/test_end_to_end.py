@@ -44,12 +44,13 @@ def test_every_asset_is_materialised_and_every_check_passes(graph):
     store = ArtifactStore(root)
     for stage, version in experiment.versions.items():
         if not stage.startswith("ladder_"):
-            assert store.get(["tiny", stage], version) is not None, stage
+            partition = "demo" if STAGES[stage].per_snapshot else None  # the demo crawl's one snapshot
+            assert store.get(["tiny", stage], version, partition) is not None, stage
 
 
 def test_stages_do_their_real_job(graph):
     experiment, root, _, run = graph
-    meta = {m.asset: m.metadata for m in run.materialized if m.partition is None}
+    meta = {m.asset: m.metadata for m in run.materialized if m.partition in (None, "demo")}
     assert meta["tiny/filtered_text"]["docs_removed"] > 0
     assert meta["tiny/deduplicated_text"]["docs_removed"] > 0  # the planted duplicates
     ckpt = meta["tiny/checkpoint"]
@@ -86,5 +87,12 @@ def test_definitions_load_for_the_ui():
     from marin_pipelines.definitions import defs
 
     keys = {key.to_user_string() for key in defs.resolve_asset_graph().get_all_asset_keys()}
-    assert keys == {f"demo/{stage}" for stage in STAGES}
-    assert {job.name for job in defs.jobs} >= {"demo_pipeline", "demo_ladder", "demo_scaling_law"}
+    assert {key for key in keys if key.startswith("demo/")} == {f"demo/{stage}" for stage in STAGES}
+    assert {job.name for job in defs.jobs} >= {
+        "demo_snapshot",
+        "demo_pipeline",
+        "demo_ladder",
+        "demo_scaling_law",
+    }
+    assert "demo_new_snapshots" in {s.name for s in defs.sensors}
+    assert "demo_refresh" in {s.name for s in defs.schedules}

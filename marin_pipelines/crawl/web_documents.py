@@ -10,20 +10,24 @@ so what is readable is kept and the rest is counted in ``ReadStats.errors``.
 from __future__ import annotations
 
 import gzip
+import os
 import re
 import uuid
 import zlib
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import BinaryIO
 
 from fastwarc.warc import ArchiveIterator, WarcRecord, WarcRecordType
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from resiliparse.parse.encoding import detect_mime
+from upath import UPath
 
-from marin_pipelines.documents import Decision, Document
+from marin_pipelines.documents import Decision, Document, Funnel, map_in_processes, write_stage
 
 WARC_SUFFIXES = (".warc", ".warc.gz", ".arc", ".arc.gz")
 CAPTURE_TYPES = (WarcRecordType.response, WarcRecordType.resource)
@@ -36,12 +40,14 @@ class WebDocumentsConfig(BaseModel):
 
     ``max_record_bytes`` bounds memory per record (Common Crawl truncates payloads at 1 MiB, so
     10 MB only skips outliers such as media served as HTML). ``content_types`` are the MIME types
-    that are read as HTML; anything else is ``not_html``.
+    that are read as HTML; anything else is ``not_html``. ``shard_docs`` bounds the documents of one
+    output shard (memory per worker) and sets how finely the next stages can spread over workers.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     max_record_bytes: int = Field(10_000_000, gt=0)
+    shard_docs: int = Field(1_000, gt=0, description="documents per output shard: the unit of parallelism")
     content_types: tuple[str, ...] = Field(("text/html", "application/xhtml+xml"), min_length=1)
 
     @field_validator("content_types")
@@ -83,13 +89,23 @@ class _Capture:
     corrupt: str | None = None  # why the record cannot be read, when it cannot
 
 
-def find_warc_files(root: Path) -> list[Path]:
+def crawl_path(location: str | os.PathLike[str]) -> Path | UPath:
+    """A local path, or an fsspec path for a URL such as ``gs://bucket/crawl`` (gcsfs) or ``memory://``."""
+    text = str(location)
+    return UPath(text) if "://" in text else Path(text)
+
+
+def is_warc_file(path: Path | UPath) -> bool:
+    return path.name.lower().endswith(WARC_SUFFIXES) and path.is_file()
+
+
+def find_warc_files(root: str | os.PathLike[str]) -> list[Path | UPath]:
     """All WARC/ARC files under ``root`` (or ``root`` itself), sorted; an error if there are none."""
-    root = Path(root)
+    root = crawl_path(root)
     if not root.exists():
         raise FileNotFoundError(f"crawl root not found: {root}")
-    candidates = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
-    found = [p for p in candidates if p.name.lower().endswith(WARC_SUFFIXES)]
+    found = [root] if root.is_file() else sorted(root.rglob("*"))
+    found = [p for p in found if is_warc_file(p)]
     if not found:
         raise FileNotFoundError(
             f"no WARC or ARC files ({', '.join('*' + s for s in WARC_SUFFIXES)}) in {root}"
@@ -97,8 +113,50 @@ def find_warc_files(root: Path) -> list[Path]:
     return found
 
 
+def write_web_documents(
+    warc_paths: Sequence[str | os.PathLike[str]],
+    directory: Path,
+    config: WebDocumentsConfig | None = None,
+    workers: int = 1,
+) -> tuple[Funnel, ReadStats]:
+    """Read every file into its own numbered shards in ``directory``, ``workers`` files at a time.
+
+    Shards are named by the file's position, so the output and the funnel do not depend on ``workers``.
+    """
+    config = config or WebDocumentsConfig()
+    paths = _expand(warc_paths)
+    results = map_in_processes(partial(_write_file, directory, config), list(enumerate(paths)), workers)
+    stats = ReadStats()
+    for _, file_stats in results:
+        stats.files += file_stats.files
+        stats.records.update(file_stats.records)
+        stats.errors += file_stats.errors
+    return sum((funnel for funnel, _ in results), Funnel()), stats
+
+
+def _write_file(
+    directory: Path, config: WebDocumentsConfig, indexed: tuple[int, Path | UPath]
+) -> tuple[Funnel, ReadStats]:
+    index, path = indexed
+    stats = ReadStats()
+    decisions = read_web_documents([path], config, stats)
+    return write_stage(decisions, directory, config.shard_docs, unit=index), stats
+
+
+def _expand(warc_paths: Iterable[str | os.PathLike[str]]) -> list[Path | UPath]:
+    """Files as given and folders as the WARC files under them; a missing path fails before any reading."""
+    paths: list[Path | UPath] = []
+    for path in map(crawl_path, warc_paths):
+        if not path.exists():
+            raise FileNotFoundError(f"WARC file not found: {path}")
+        paths.extend(find_warc_files(path) if path.is_dir() else [path])
+    return paths
+
+
 def read_web_documents(
-    warc_paths: Iterable[Path], config: WebDocumentsConfig | None = None, stats: ReadStats | None = None
+    warc_paths: Iterable[str | os.PathLike[str]],
+    config: WebDocumentsConfig | None = None,
+    stats: ReadStats | None = None,
 ) -> Iterator[Decision]:
     """Decisions for every capture in the files, in file and record order.
 
@@ -107,12 +165,7 @@ def read_web_documents(
     """
     config = config or WebDocumentsConfig()
     stats = stats if stats is not None else ReadStats()
-    paths: list[Path] = []
-    for path in map(Path, warc_paths):
-        if not path.exists():
-            raise FileNotFoundError(f"WARC file not found: {path}")
-        paths.extend(find_warc_files(path) if path.is_dir() else [path])
-    for path in paths:
+    for path in _expand(warc_paths):
         stats.files += 1
         reader = _arc_captures if _is_arc(path) else _warc_captures
         for capture in reader(path, config, stats):
@@ -181,7 +234,7 @@ def _split_content_type(value: str | None) -> tuple[str | None, str | None]:
     return mime.strip().lower() or None, charset.group(1) if charset else None
 
 
-def _warc_captures(path: Path, config: WebDocumentsConfig, stats: ReadStats) -> Iterator[_Capture]:
+def _warc_captures(path: Path | UPath, config: WebDocumentsConfig, stats: ReadStats) -> Iterator[_Capture]:
     """Captures of a WARC file: strict parsing first, then lenient parsing past the first error.
 
     Strict mode stops at malformed input with an error (which is recorded); fastwarc's quirks mode
@@ -192,14 +245,16 @@ def _warc_captures(path: Path, config: WebDocumentsConfig, stats: ReadStats) -> 
     for quirks_mode in (False, True):
         seen = 0
         try:
-            for record in ArchiveIterator(str(path), parse_http=False, quirks_mode=quirks_mode):
-                seen += 1
-                if seen <= done:
-                    continue
-                done = seen
-                stats.records[str(record.record_type)] += 1
-                if record.record_type in CAPTURE_TYPES:
-                    yield _warc_capture(record, config, path.name, seen)
+            with _open(path) as source:
+                records = ArchiveIterator(source, parse_http=False, quirks_mode=quirks_mode)
+                for record in records:
+                    seen += 1
+                    if seen <= done:
+                        continue
+                    done = seen
+                    stats.records[str(record.record_type)] += 1
+                    if record.record_type in CAPTURE_TYPES:
+                        yield _warc_capture(record, config, path.name, seen)
             return
         except OSError as error:
             message = f"{path.name}: {error} after record {done}"
@@ -230,7 +285,7 @@ def _warc_capture(record: WarcRecord, config: WebDocumentsConfig, source: str, i
     )
 
 
-def _is_arc(path: Path) -> bool:
+def _is_arc(path: Path | UPath) -> bool:
     """ARC files start with a ``filedesc://`` line (checked on content, not on the file name)."""
     with _open_maybe_gzip(path) as f:
         try:
@@ -239,13 +294,25 @@ def _is_arc(path: Path) -> bool:
             return False
 
 
-def _open_maybe_gzip(path: Path) -> BinaryIO:
+@contextmanager
+def _open(path: Path | UPath) -> Iterator[str | BinaryIO]:
+    """What fastwarc reads: a local file's name (its own reader, fastest), or an fsspec file object."""
+    if not isinstance(path, UPath):
+        yield str(path)
+        return
     with path.open("rb") as f:
-        compressed = f.read(2) == _GZIP_MAGIC
-    return gzip.open(path, "rb") if compressed else path.open("rb")
+        yield f
 
 
-def _arc_captures(path: Path, config: WebDocumentsConfig, stats: ReadStats) -> Iterator[_Capture]:
+@contextmanager
+def _open_maybe_gzip(path: Path | UPath) -> Iterator[BinaryIO]:
+    with path.open("rb") as raw:
+        compressed = raw.read(2) == _GZIP_MAGIC
+        raw.seek(0)
+        yield gzip.GzipFile(fileobj=raw, mode="rb") if compressed else raw
+
+
+def _arc_captures(path: Path | UPath, config: WebDocumentsConfig, stats: ReadStats) -> Iterator[_Capture]:
     """Captures of an ARC v1 file (one header line ``URL IP date content-type length`` per record).
 
     A header that cannot be parsed gives a ``corrupt_record`` capture when it names a URL; the

@@ -1,4 +1,4 @@
-"""Materialise a whole experiment in this process: the pipeline, every ladder partition, the law.
+"""Materialise a whole experiment in this process: every snapshot, the pipeline, the ladder, the law.
 
 This is what `make demo` and the end-to-end tests run; the UI runs the same assets through jobs.
 """
@@ -10,12 +10,21 @@ from dataclasses import dataclass, field
 from dagster import AssetSelection, DagsterInstance, ExecuteInProcessResult, materialize
 
 from marin_pipelines.assets import experiment_assets
+from marin_pipelines.assets.crawl import snapshot_partitions
 from marin_pipelines.assets.train import ladder_partitions
 from marin_pipelines.experiment import Experiment
-from marin_pipelines.jobs import ladder_selection, pipeline_selection
+from marin_pipelines.jobs import (
+    TARGET_STAGES,
+    ladder_selection,
+    pipeline_selection,
+    snapshot_selection,
+    stages_selection,
+)
 from marin_pipelines.resources import default_resources
 
 # Dagster's console logger would print a failed step's whole traceback; the caller gets the error instead.
+# After the ladder: the prediction is recorded before the run it predicts starts.
+PREREGISTERED_ORDER = (("scaling_prediction",), TARGET_STAGES, ("scaling_law",))
 QUIET = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
 
 
@@ -59,14 +68,25 @@ def materialize_experiment(
     store_root: str | None = None,
     instance: DagsterInstance | None = None,
 ) -> ExperimentRun:
-    """Run the pipeline, then each ladder partition, then the scaling law; stop at the first failure."""
+    """Run each crawl snapshot in order, the pipeline, each ladder partition, the preregistered
+    prediction, the main run it predicts, then the scaling law.
+
+    Stops at the first failure. The snapshots become dynamic partitions of ``instance``, which every
+    run shares (an ephemeral one by default), as the sensor adds them in the UI.
+    """
     assets = experiment_assets(experiment)
     resources = default_resources(store_root)
-    runs: list[tuple[AssetSelection, str | None]] = [(pipeline_selection(experiment), None)]
+    instance = instance or DagsterInstance.ephemeral()
+    snapshots = experiment.snapshots
+    partitions = snapshot_partitions(experiment).name
+    known = set(instance.get_dynamic_partitions(partitions))
+    instance.add_dynamic_partitions(partitions, [s for s in snapshots if s not in known])
+    runs: list[tuple[AssetSelection, str | None]] = [(snapshot_selection(experiment), s) for s in snapshots]
+    runs.append((pipeline_selection(experiment), None))
     runs += [
         (ladder_selection(experiment), key) for key in ladder_partitions(experiment).get_partition_keys()
     ]
-    runs.append((AssetSelection.assets([experiment.name, "scaling_law"]), None))
+    runs += [(stages_selection(experiment, *stages), None) for stages in PREREGISTERED_ORDER]
     report = ExperimentRun()
     for selection, partition in runs:
         result = materialize(

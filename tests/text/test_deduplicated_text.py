@@ -6,7 +6,15 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from marin_pipelines.text.deduplicated_text import DedupConfig, MinHasher, deduplicate
+from marin_pipelines.documents import REMOVED_PREFIX, read_documents, write_stage
+from marin_pipelines.text.deduplicated_text import (
+    INDEX_FILE,
+    DedupConfig,
+    DedupIndex,
+    MinHasher,
+    deduplicate,
+    deduplicate_snapshot,
+)
 from marin_pipelines.text.extracted_text import extract_text
 
 PAGES = [
@@ -116,13 +124,13 @@ def test_signatures_estimate_jaccard_and_are_reproducible(pages):
     dw, guardian = pages["dw.com.colonial"]["text"], pages["theguardian.com.academics"]["text"]
     near = _near_copy(dw, seed=3)
     signature = hasher.signature(dw)
-    assert signature.shape == (14 * 8,) and signature.dtype == np.uint64
+    assert signature.shape == (20 * 8,) and signature.dtype == np.uint64
     assert np.array_equal(signature, MinHasher(DedupConfig()).signature(dw))
     assert not np.array_equal(signature, MinHasher(DedupConfig(seed=2)).signature(dw))
     agreement = float(np.mean(signature == hasher.signature(near)))
     assert abs(agreement - _jaccard(dw, near)) < 0.1
     assert float(np.mean(signature == hasher.signature(guardian))) < 0.05
-    assert len(hasher.band_keys(signature)) == 14
+    assert len(hasher.band_keys(signature)) == 20
 
 
 def test_short_texts_are_one_shingle():
@@ -137,3 +145,88 @@ def test_config_validation():
         DedupConfig(bands=0)
     with pytest.raises(ValidationError, match="ngram"):
         DedupConfig(ngram=0)
+
+
+@pytest.fixture(scope="module")
+def all_pages(shared_data) -> list[dict]:
+    """Every real web page with extractable text (they are all distinct pages)."""
+    raw = [
+        {"id": path.name, "url": f"https://{path.name}/", "html": gzip.decompress(path.read_bytes())}
+        for path in sorted((shared_data / "web-pages").glob("*.html.gz"))
+    ]
+    return [doc for doc, reason in extract_text(raw) if reason is None and len(doc["text"].split()) >= 100]
+
+
+def _edited(text: str, rate: float, seed: int) -> str:
+    """A near copy: ``rate`` of the words replaced, deleted or doubled, as scrapers and templates do."""
+    rng = random.Random(seed)
+    words = text.split(" ")
+    for i in sorted(rng.sample(range(len(words)), max(1, int(len(words) * rate))), reverse=True):
+        edit = rng.choice(("replace", "delete", "insert"))
+        if edit == "replace":
+            words[i] = f"w{rng.randrange(10**6)}"
+        elif edit == "delete":
+            del words[i]
+        else:
+            words.insert(i, words[i])
+    return " ".join(words)
+
+
+def test_near_duplicate_recall_and_no_false_positives_on_real_pages(all_pages):
+    """Planted exact and near copies (5-gram Jaccard >= 0.8) of real pages, after all the originals."""
+    near = []
+    for n, page in enumerate(all_pages):
+        for seed, rate in enumerate((0.005, 0.01, 0.015, 0.02, 0.03)):
+            text = _edited(page["text"], rate, seed=1000 * n + seed)
+            if _jaccard(text, page["text"]) >= 0.8:
+                near.append(_copy(page, f"near-{n}-{seed}", text))
+    exact = [_copy(page, f"exact-{n}") for n, page in enumerate(all_pages)]
+    assert len(all_pages) >= 80 and len(near) >= 300
+    reasons = _reasons([*all_pages, *exact, *near])
+    false_positives = [page["id"] for page in all_pages if reasons[page["id"]] is not None]
+    recall = sum(reasons[doc["id"]] is not None for doc in near) / len(near)
+    print(
+        f"\nnear-duplicate recall {recall:.3f} over {len(near)} planted copies (J >= 0.8); "
+        f"distinct pages removed: {len(false_positives)} of {len(all_pages)}"
+    )
+    assert false_positives == []
+    assert all(reasons[doc["id"]] == "exact_duplicate" for doc in exact)
+    assert recall >= 0.95
+
+
+def _snapshot(tmp_path, name: str, docs: list[dict], earlier: list) -> tuple[dict, dict[str, dict]]:
+    source, out = tmp_path / f"{name}-in", tmp_path / name
+    source.mkdir()
+    out.mkdir()
+    write_stage(((doc, None) for doc in docs), source)
+    metadata = deduplicate_snapshot(source, out, DedupConfig(), earlier)
+    removed = {doc["id"]: doc for doc in read_documents(out, prefix=REMOVED_PREFIX)}
+    return metadata, removed
+
+
+def test_a_later_snapshot_loses_what_an_earlier_one_had(pages, tmp_path):
+    first = list(pages.values())[:5]
+    dw = pages["dw.com.colonial"]
+    repeats = [_copy(first[0], "again"), _copy(dw, "near-again", _near_copy(dw["text"]))]
+    second = [*repeats, *list(pages.values())[5:], _copy(first[1], "twice-in-second")]
+    meta1, removed1 = _snapshot(tmp_path, "s1", first, [])
+    assert meta1["funnel"] == {"docs_in": 5, "docs_out": 5, "removed": {}} and not removed1
+    meta2, removed2 = _snapshot(tmp_path, "s2", second, [tmp_path / "s1"])
+    funnel = meta2["funnel"]
+    assert funnel["docs_in"] == len(second) == funnel["docs_out"] + sum(funnel["removed"].values())
+    assert funnel["removed"] == {"exact_duplicate": 2, "near_duplicate": 1}
+    assert {i: d["reason"] for i, d in removed2.items()} == {
+        "again": "exact_duplicate",
+        "near-again": "near_duplicate",
+        "twice-in-second": "exact_duplicate",
+    }
+    assert "earlier snapshot" in removed2["again"]["detail"]
+    assert "earlier snapshot" in removed2["near-again"]["detail"]
+    assert meta2["earlier_snapshots"] == 1
+    # each snapshot stores only its own keys; together they equal one pass over both in order
+    together = DedupIndex()
+    list(deduplicate([*first, *second], DedupConfig(), together))
+    loaded = DedupIndex.load([tmp_path / "s1", tmp_path / "s2"])
+    assert set(loaded.earlier_paragraphs.tolist()) == together.paragraphs
+    assert set(loaded.earlier_bands.tolist()) == together.bands
+    assert (tmp_path / "s2" / INDEX_FILE).is_file()
