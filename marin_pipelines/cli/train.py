@@ -61,14 +61,23 @@ def run_train(args: argparse.Namespace) -> int:
         run = type(run).model_validate(run.model_dump())  # re-check steps against warmup_steps
     model = run.llama(TokenCache(args.data).info["vocab_size"])
     # batch(step) is a pure function of the step: resuming needs no replay of the data.
-    loader = MixtureLoader.from_config(run.data, str(args.data), model.seq_len, run.train.batch_size, run.train.seed)
+    loader = MixtureLoader.from_config(
+        run.data, str(args.data), model.seq_len, run.train.batch_size, run.train.seed
+    )
     with ExitStack() as stack:
         callbacks = [
             stack.enter_context(dagster_pipes_reporter(run.train.log_every)),
-            stack.enter_context(wandb_run(args.out, {"model": model.model_dump(), "train": run.train.model_dump()})),
+            stack.enter_context(
+                wandb_run(args.out, {"model": model.model_dump(), "train": run.train.model_dump()})
+            ),
         ]
         summary = train(
-            model, run.train, loader.batch, args.out, progress=not args.quiet, on_step=[c for c in callbacks if c]
+            model,
+            run.train,
+            loader.batch,
+            args.out,
+            progress=not args.quiet,
+            on_step=[c for c in callbacks if c],
         )
     print(json.dumps(summary, indent=2))
     return 0

@@ -92,7 +92,10 @@ class K8sLauncher(LauncherResource):
                 selector = {"cloud.google.com/gke-accelerator": self.gpu_type}
         env = [{"name": k, "value": v} for k, v in self.env.items()]
         env += [
-            {"name": name, "valueFrom": {"secretKeyRef": {"name": ref.split("/")[0], "key": ref.split("/")[1]}}}
+            {
+                "name": name,
+                "valueFrom": {"secretKeyRef": {"name": ref.split("/")[0], "key": ref.split("/")[1]}},
+            }
             for name, ref in self.secret_env.items()
         ]
         container: dict[str, Any] = {

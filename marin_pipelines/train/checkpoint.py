@@ -97,7 +97,9 @@ def _is_spike(loss: jax.Array, state: TrainState, config: TrainConfig) -> jax.Ar
     return full & (loss > window.mean() + config.spike_sigma * window.std())
 
 
-def _make_train_step(graphdef: nnx.GraphDef, tx: optax.GradientTransformation, config: TrainConfig) -> TrainStep:
+def _make_train_step(
+    graphdef: nnx.GraphDef, tx: optax.GradientTransformation, config: TrainConfig
+) -> TrainStep:
     schedule = learning_rate_schedule(config)
 
     def loss_fn(params: nnx.State, batch: jax.Array) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
@@ -174,7 +176,7 @@ def _check_batch(batch: np.ndarray, step: int, shape: tuple[int, int], vocab_siz
 
 
 def _metrics_before(path: Path, step: int) -> list[dict[str, Any]]:
-    """The recorded steps before ``step``: what survives of a killed run's log (a torn last line is dropped)."""
+    """The steps logged before ``step``: what survives of a killed run's log (a torn line is dropped)."""
     if not path.exists():
         return []
     records = []
@@ -223,7 +225,9 @@ def train(
     out_dir.mkdir(parents=True, exist_ok=True)
     mesh = data_mesh()
     if config.batch_size % mesh.size:
-        raise ValueError(f"batch_size ({config.batch_size}) must be a multiple of the device count ({mesh.size})")
+        raise ValueError(
+            f"batch_size ({config.batch_size}) must be a multiple of the device count ({mesh.size})"
+        )
     model = Llama(model_config, nnx.Rngs(config.seed))
     graphdef = nnx.graphdef(model)
     tx = make_optimizer(config)

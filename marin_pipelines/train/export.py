@@ -80,7 +80,9 @@ def export_hf(train_dir: Path, out_dir: Path) -> dict[str, Any]:
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     flat = {name: np.asarray(leaf) for name, leaf in flatten(params).items()}
-    save_file(hf_tensors(flat, config), str(out_dir / WEIGHTS_FILE), metadata={"format": "pt", "step": str(step)})
+    save_file(
+        hf_tensors(flat, config), str(out_dir / WEIGHTS_FILE), metadata={"format": "pt", "step": str(step)}
+    )
     hf = hf_config(config)
     (out_dir / CONFIG_FILE).write_text(json.dumps(hf, indent=2))
     return hf

@@ -32,7 +32,9 @@ class LlamaConfig(BaseModel):
     d_ff: int = Field(gt=0)
     rope_theta: float = Field(default=10_000.0, gt=0)
     tie_embeddings: bool = False
-    qk_norm: bool = Field(default=False, description="RMSNorm on each head's queries and keys (OLMo 2, Qwen 3)")
+    qk_norm: bool = Field(
+        default=False, description="RMSNorm on each head's queries and keys (OLMo 2, Qwen 3)"
+    )
     norm_eps: float = Field(default=1e-5, gt=0)
     dtype: Literal["float32", "bfloat16"] = Field(default="float32", description="compute dtype of matmuls")
 
@@ -186,7 +188,9 @@ class Llama(nnx.Module):
         self.blocks = nnx.List([Block(config, rngs) for _ in range(config.n_layers)])
         self.final_norm = _norm(config.d_model, config, rngs)
         self.lm_head = (
-            None if config.tie_embeddings else _dense(config.d_model, config.vocab_size, INIT_STD, config, rngs)
+            None
+            if config.tie_embeddings
+            else _dense(config.d_model, config.vocab_size, INIT_STD, config, rngs)
         )
 
     def __call__(self, tokens: jax.Array) -> jax.Array:

@@ -18,6 +18,7 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
+
 def leaf_name(path: tuple) -> str:
     """``blocks.0.attn.wq.kernel`` for a path of dict keys, sequence indices and attributes."""
     parts = [str(getattr(k, "key", getattr(k, "idx", getattr(k, "name", None)))) for k in path]
@@ -52,7 +53,7 @@ def _abstract(tree: Any, shardings: Any) -> dict[str, jax.ShapeDtypeStruct]:
 
 
 class Checkpoints:
-    """The run's checkpoints under ``directory``: the last ``keep_last``, plus every ``keep_every``-th step."""
+    """Checkpoints under ``directory``: the last ``keep_last``, plus every ``keep_every``-th step."""
 
     def __init__(self, directory: Path, keep_last: int | None = None, keep_every: int | None = None):
         """``keep_last=None`` opens existing checkpoints for reading: nothing is created or cleaned up."""
@@ -86,7 +87,7 @@ class Checkpoints:
         return sorted(self.manager.all_steps())
 
     def save(self, step: int, state: dict[str, Any], meta: dict[str, Any]) -> None:
-        """Start writing ``state`` (a dict with ``params``) as ``step``; returns once the arrays are copied."""
+        """Start writing ``state`` (a dict with ``params``) as ``step``; returns once arrays are copied."""
         rest = {k: v for k, v in state.items() if k != "params"}
         self.manager.save(
             step,

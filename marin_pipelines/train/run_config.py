@@ -1,4 +1,4 @@
-"""A training run as a file: the model (a named size, overridable, or a full shape), TrainConfig, data mixture.
+"""A training run as a file: the model (a named size, overridable, or a shape), TrainConfig, data mixture.
 
 This is what ``marin-pipelines train --config FILE`` reads and what the checkpoint assets write for
 the launcher, so a run on a laptop and a run in a pod start from the same YAML.
@@ -21,20 +21,22 @@ class RunConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     model: dict[str, Any] = Field(
-        description="LlamaConfig fields; `size: NAME` takes the shape from MODEL_SIZES, other keys override it"
+        description="LlamaConfig fields; `size: NAME` takes MODEL_SIZES[NAME], other keys override it"
     )
     train: TrainConfig = TrainConfig()
     data: MixtureConfig = Field(MixtureConfig(), description="token caches and weights; default: all --data")
 
     def llama(self, vocab_size: int) -> LlamaConfig:
-        """The model for a tokenizer of ``vocab_size`` ids (a larger ``model.vocab_size`` is allowed: padding)."""
+        """The model for ``vocab_size`` token ids (a larger ``model.vocab_size`` is allowed: padding)."""
         spec = dict(self.model)
         size = spec.pop("size", None)
         if size is not None and size not in MODEL_SIZES:
             raise ValueError(f"model.size {size!r} is not one of {sorted(MODEL_SIZES)}")
         spec.setdefault("vocab_size", vocab_size)
         if spec["vocab_size"] < vocab_size:
-            raise ValueError(f"model.vocab_size ({spec['vocab_size']}) is below the data's vocab ({vocab_size})")
+            raise ValueError(
+                f"model.vocab_size ({spec['vocab_size']}) is below the data's vocab ({vocab_size})"
+            )
         return LlamaConfig(**{**(MODEL_SIZES[size] if size else {}), **spec})
 
     def dump(self, path: Path) -> None:

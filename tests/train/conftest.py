@@ -18,7 +18,9 @@ def write_tiny_cache(folder: Path) -> Path:
     texts = [" ".join(rng.choice(WORDS, size=int(rng.integers(20, 80)))) for _ in range(300)]
     docs = folder / "docs"
     docs.mkdir(parents=True)
-    pq.write_table(pa.table({"id": [f"d{i}" for i in range(300)], "text": texts}), docs / "documents-0.parquet")
+    pq.write_table(
+        pa.table({"id": [f"d{i}" for i in range(300)], "text": texts}), docs / "documents-0.parquet"
+    )
     tokenizer = train_tokenizer(texts, TokenizerConfig(vocab_size=300))
     cache = folder / "cache"
     cache.mkdir()

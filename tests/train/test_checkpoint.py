@@ -14,7 +14,13 @@ from marin_pipelines.train.resume import params_sha256
 
 MODEL = LlamaConfig(vocab_size=32, seq_len=16, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=64)
 TRAIN = TrainConfig(
-    steps=40, batch_size=8, learning_rate=1e-2, warmup_steps=5, log_every=10, checkpoint_every=10, peak_flops=1e10
+    steps=40,
+    batch_size=8,
+    learning_rate=1e-2,
+    warmup_steps=5,
+    log_every=10,
+    checkpoint_every=10,
+    peak_flops=1e10,
 )
 PATTERN = np.array([3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7], np.int32)
 
@@ -109,6 +115,7 @@ def test_keep_every_makes_permanent_checkpoints(tmp_path):
 
 def test_interrupted_run_resumes_bit_identically(run, tmp_path):
     """Also the reproducibility test: two runs from the same seed, in one process, same bits."""
+
     def crashing(step: int) -> np.ndarray:
         if step == 25:
             raise KeyboardInterrupt
@@ -124,7 +131,13 @@ def test_interrupted_run_resumes_bit_identically(run, tmp_path):
 
 
 def test_resume_refuses_a_different_config(run, tmp_path):
-    train(MODEL, TRAIN.model_copy(update={"steps": 10, "warmup_steps": 2}), repeating_batches, tmp_path, progress=False)
+    train(
+        MODEL,
+        TRAIN.model_copy(update={"steps": 10, "warmup_steps": 2}),
+        repeating_batches,
+        tmp_path,
+        progress=False,
+    )
     with pytest.raises(ValueError, match="another train config .*warmup_steps"):
         train(MODEL, TRAIN, repeating_batches, tmp_path, progress=False)
 
@@ -159,7 +172,9 @@ def test_a_loss_spike_is_skipped_and_recorded(tmp_path):
     """Random tokens after 30 steps of a learnt pattern: the loss jumps, the update is not applied."""
     config = TRAIN.model_copy(update={"steps": 32, "spike_window": 8, "spike_sigma": 6.0})
     noise = np.random.default_rng(0).integers(0, MODEL.vocab_size, (TRAIN.batch_size, MODEL.seq_len + 1))
-    summary = train(MODEL, config, lambda s: noise if s == 30 else repeating_batches(s), tmp_path, progress=False)
+    summary = train(
+        MODEL, config, lambda s: noise if s == 30 else repeating_batches(s), tmp_path, progress=False
+    )
     metrics = read_metrics(tmp_path)
     assert [m["step"] for m in metrics if m["skipped"]] == [30]
     assert summary["skipped_updates"] == 1
