@@ -27,7 +27,7 @@ import shutil
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 from itertools import chain, islice
 from pathlib import Path
 from typing import Any
@@ -126,7 +126,9 @@ def build_cache(
     for record in _encode_all(todo, workers):
         records[record["index"]] = record
     info = _assemble(records, work_dir, out_dir, config, vocab_size, eos_id)
-    info.update(bos_id=tokenizer.token_to_id(BOS), tokenizer_hash=xxhash.xxh64_hexdigest(tokenizer_json.encode()))
+    info.update(
+        bos_id=tokenizer.token_to_id(BOS), tokenizer_hash=xxhash.xxh64_hexdigest(tokenizer_json.encode())
+    )
     (out_dir / TOKENIZER_FILE).write_text(tokenizer_json)
     (out_dir / INFO_FILE).write_text(json.dumps(info, indent=2))
     shutil.rmtree(work_dir, ignore_errors=True)
@@ -170,10 +172,17 @@ def _one_thread() -> None:
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
 
 
+@lru_cache(maxsize=1)
+def _tokenizer(tokenizer_json: str) -> Tokenizer:
+    """One per process, not one per chunk."""
+    tokenizer = Tokenizer.from_str(tokenizer_json)
+    tokenizer.encode_special_tokens = True  # text is data: a literal EOS string is not the EOS id
+    return tokenizer
+
+
 def _encode_chunk(job: _Job) -> dict[str, Any]:
     """Encode one chunk into its shards in the work folder; the record is written last."""
-    tokenizer = Tokenizer.from_str(job.tokenizer_json)
-    tokenizer.encode_special_tokens = True  # text is data: a literal EOS string is not the EOS id
+    tokenizer = _tokenizer(job.tokenizer_json)
     dtype = np.dtype(job.dtype)
     work = Path(job.work_dir)
     counts = {split: {"documents": 0, "tokens": 0, "text_bytes": 0} for split in SPLITS}

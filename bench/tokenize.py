@@ -1,0 +1,164 @@
+"""Tokenization and loader speed, against peers measured in the same run on the same text.
+
+Prints, for real web pages from ../shared/data repeated to ``--mb`` megabytes:
+- raw HF ``tokenizers`` batch encoding of the texts in memory (the upper bound: no reading, no writing),
+- our cache build (read parquet, encode, split, write shards and ledger), one process and a pool,
+- datatrove's DocumentTokenizer on the same parquet files and tokenizer.json (offline),
+- the loader: batches per second at the demo's shape (16 x 128) and the latency of a seek to a random step.
+Each timing is the median of ``--repeats`` runs; ratios compare medians.
+
+    .venv/bin/python bench/tokenize.py --mb 8 --repeats 3
+"""
+
+# ruff: noqa: E402 - the path fix below must run before the other imports
+
+from __future__ import annotations
+
+import os
+import sys
+
+# Run as a script, this folder comes first on sys.path and this file would shadow the standard `tokenize`.
+sys.path = [p for p in sys.path if os.path.abspath(p or ".") != os.path.dirname(os.path.abspath(__file__))]
+
+import argparse
+import gzip
+import logging
+import shutil
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from resiliparse.extract.html2text import extract_plain_text
+from resiliparse.parse.encoding import bytes_to_str, detect_encoding
+
+from marin_pipelines.tokenize.data_mixture import MixtureConfig, MixtureLoader
+from marin_pipelines.tokenize.tokenized_cache import CacheConfig, build_cache
+from marin_pipelines.tokenize.tokenizer import EOS, TokenizerConfig, train_tokenizer
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "web-pages"
+DEMO_STEPS_PER_SECOND = 5  # what the demo trainer consumes at batch 16 x 128 on a CPU
+
+
+def page_texts() -> list[str]:
+    texts = []
+    for path in sorted(SHARED.glob("*.html.gz")):
+        html = gzip.decompress(path.read_bytes())
+        if text := extract_plain_text(bytes_to_str(html, detect_encoding(html)), main_content=True):
+            texts.append(text)
+    return texts
+
+
+def median_seconds(fn: Callable[[], object], repeats: int, reset: Callable[[], None] = lambda: None) -> float:
+    times = []
+    for _ in range(repeats):
+        reset()
+        started = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mb", type=float, default=8.0, help="megabytes of text")
+    parser.add_argument("--files", type=int, default=4, help="parquet files (= chunks, the parallel unit)")
+    parser.add_argument("--vocab-size", type=int, default=8192)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+
+    pages = page_texts()
+    tokenizer = train_tokenizer(pages, TokenizerConfig(vocab_size=args.vocab_size))
+    texts: list[str] = []
+    while sum(map(len, texts)) < args.mb * 1e6:
+        texts += pages
+    megabytes = sum(len(t.encode()) for t in texts) / 1e6
+    tmp = Path(tempfile.mkdtemp(prefix="bench-tokenize-"))
+    inputs = tmp / "in"
+    inputs.mkdir()
+    for i, part in enumerate(np.array_split(np.arange(len(texts)), args.files)):
+        table = pa.table({"id": [f"doc-{j}" for j in part], "text": [texts[j] for j in part]})
+        pq.write_table(table, inputs / f"documents-{i:05d}.parquet")
+    tokenizer.save(str(tmp / "tokenizer.json"))
+    print(
+        f"{len(texts)} documents, {megabytes:.1f} MB of text from {len(pages)} real pages, "
+        f"vocab {args.vocab_size}"
+    )
+
+    def raw() -> None:
+        for i in range(0, len(texts), 512):
+            tokenizer.encode_batch_fast(texts[i : i + 512], add_special_tokens=False)
+
+    def ours(workers: int) -> Callable[[], object]:
+        return lambda: build_cache(
+            [str(inputs)], tokenizer, tmp / "ours", CacheConfig(), tmp / ".work", workers
+        )
+
+    def fresh(name: str) -> Callable[[], None]:
+        return lambda: (shutil.rmtree(tmp / name, ignore_errors=True), (tmp / name).mkdir())
+
+    def datatrove(workers: int) -> Callable[[], object]:
+        from datatrove.executor import LocalPipelineExecutor
+        from datatrove.pipeline.readers import ParquetReader
+        from datatrove.pipeline.tokens import DocumentTokenizer
+
+        pipeline = [
+            ParquetReader(str(inputs), glob_pattern="documents-*.parquet"),
+            DocumentTokenizer(
+                str(tmp / "datatrove"),
+                tokenizer_name_or_path=str(tmp / "tokenizer.json"),
+                eos_token=EOS,
+                shuffle_documents=False,  # less work than its default: in datatrove's favour
+            ),
+        ]
+        logs = str(tmp / f"datatrove-logs-{time.monotonic_ns()}")
+        executor = LocalPipelineExecutor(pipeline, tasks=args.files, workers=workers, logging_dir=logs)
+        return executor.run
+
+    logging.getLogger("datatrove").setLevel(logging.WARNING)
+    rows = {"raw tokenizers encode_batch_fast (upper bound)": median_seconds(raw, args.repeats)}
+    for workers in (1, 2):
+        rows[f"ours: cache build, {workers} process(es)"] = median_seconds(
+            ours(workers), args.repeats, fresh("ours")
+        )
+    for workers in (1, 2):
+        name = f"datatrove DocumentTokenizer, {workers} worker(s)"
+        rows[name] = median_seconds(lambda w=workers: datatrove(w)(), args.repeats, fresh("datatrove"))
+    for name, seconds in rows.items():
+        print(f"  {name:<50} {seconds:7.2f} s   {megabytes / seconds:6.2f} MB/s")
+    best_ours = min(v for k, v in rows.items() if k.startswith("ours"))
+    best_datatrove = min(v for k, v in rows.items() if k.startswith("datatrove"))
+    upper = rows["raw tokenizers encode_batch_fast (upper bound)"]
+    print(f"ours / upper bound: {upper / best_ours:.2f}x (goal >= 0.9x)")
+    print(f"ours / datatrove:   {best_datatrove / best_ours:.2f}x (goal >= 1.5x)")
+
+    loader = MixtureLoader.from_config(MixtureConfig(), str(tmp / "ours"), seq_len=128, batch_size=16, seed=0)
+    rng = np.random.default_rng(0)
+    steps = rng.integers(0, 10**9, 2000).tolist()
+    started = time.perf_counter()
+    for step in steps:
+        loader.batch(step)
+    per_second = len(steps) / (time.perf_counter() - started)
+    seeks = []
+    for step in rng.integers(0, 10**12, 200).tolist():
+        started = time.perf_counter()
+        loader.batch(step)
+        seeks.append(time.perf_counter() - started)
+    print(
+        f"loader: {per_second:,.0f} batches/s of 16 x 129 at random steps = "
+        f"{per_second / DEMO_STEPS_PER_SECOND:,.0f}x the demo trainer's ~{DEMO_STEPS_PER_SECOND} steps/s "
+        "(goal >= 100x)"
+    )
+    print(
+        f"seek to a random step (< 10^12): median {1e6 * statistics.median(seeks):.0f} us, "
+        f"p99 {1e6 * np.percentile(seeks, 99):.0f} us"
+    )
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
