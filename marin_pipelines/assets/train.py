@@ -1,18 +1,32 @@
-"""Training: the experiment's model, and the scaling ladder's runs as (budget x size) partitions."""
+"""Training: the experiment's model, and the scaling ladder's runs as (budget x size) partitions.
+
+Each run goes through the ``launcher`` resource (a subprocess here, a pod on Kubernetes) with Dagster
+Pipes; the child writes the checkpoint straight into the pending output directory.
+"""
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
-from dagster import AssetsDefinition, MultiPartitionsDefinition, StaticPartitionsDefinition
+from dagster import (
+    AssetExecutionContext,
+    AssetsDefinition,
+    MultiPartitionsDefinition,
+    StaticPartitionsDefinition,
+)
 
 from marin_pipelines.assets.stage import stage_asset
 from marin_pipelines.experiment import Experiment
+from marin_pipelines.resources.launcher import LauncherResource
 from marin_pipelines.store import Artifact, PendingArtifact
-from marin_pipelines.tokenize.data_mixture import MixtureConfig, MixtureLoader
-from marin_pipelines.train.checkpoint import TrainConfig, train
-from marin_pipelines.train.model import LlamaConfig, preset
+from marin_pipelines.tokenize.data_mixture import MixtureConfig
+from marin_pipelines.train.checkpoint import LOSS_CURVE_FILE, TRAIN_FILE, TrainConfig
+from marin_pipelines.train.model import LlamaConfig
+from marin_pipelines.train.run_config import RunConfig
+
+RUN_CONFIG_FILE = "run.yaml"
 
 
 def budget_key(budget: float) -> str:
@@ -36,24 +50,37 @@ def loss_finite_and_falling(artifact: Artifact) -> tuple[bool, dict[str, Any]]:
 
 
 def run_training(
-    out: PendingArtifact, cache: Artifact, mixture: MixtureConfig, model: LlamaConfig, config: TrainConfig
+    out: PendingArtifact,
+    cache: Artifact,
+    launcher: LauncherResource,
+    mixture: MixtureConfig,
+    model: LlamaConfig,
+    config: TrainConfig,
 ) -> None:
-    batch_size, seed = config.batch_size, config.seed
-    loader = MixtureLoader.from_config(mixture, str(cache.path), model.seq_len, batch_size, seed)
-    summary = train(model, config, loader.batch, out.path)
-    out.metadata.update(summary)
-    out.metadata["plots"] = {"loss_curve": "loss_curve.png"}
+    """Write the run's YAML into the output, train it through the launcher, read back its summary."""
+    config_file = out.path / RUN_CONFIG_FILE
+    RunConfig(model=model.model_dump(), train=config, data=mixture).dump(config_file)
+    launcher.train(AssetExecutionContext.get(), config_file, cache.path, out.path)
+    out.metadata.update(json.loads((out.path / TRAIN_FILE).read_text())["summary"])
+    out.metadata["plots"] = {"loss_curve": LOSS_CURVE_FILE}
 
 
 def train_assets(experiment: Experiment) -> list[AssetsDefinition]:
     checks = {"loss_finite_and_falling": loss_finite_and_falling}
     seq_len = experiment.model.seq_len
 
-    @stage_asset(experiment, "checkpoint", group="train", ins=("tokenized_cache",), checks=checks)
-    def checkpoint(out: PendingArtifact, tokenized_cache: Artifact) -> None:
+    @stage_asset(
+        experiment,
+        "checkpoint",
+        group="train",
+        ins=("tokenized_cache",),
+        checks=checks,
+        resources=("launcher",),
+    )
+    def checkpoint(out: PendingArtifact, tokenized_cache: Artifact, launcher: LauncherResource) -> None:
         """A Llama-style model trained with JAX / Flax NNX / Optax on the tokenized cache."""
-        model = preset(experiment.model.size, tokenized_cache.metadata["vocab_size"], seq_len)
-        run_training(out, tokenized_cache, experiment.data_mixture, model, experiment.train)
+        model, config = experiment.main_run(tokenized_cache.metadata["vocab_size"])  # a ladder target or not
+        run_training(out, tokenized_cache, launcher, experiment.data_mixture, model, config)
 
     @stage_asset(
         experiment,
@@ -62,14 +89,17 @@ def train_assets(experiment: Experiment) -> list[AssetsDefinition]:
         ins=("tokenized_cache",),
         checks=checks,
         partitions_def=ladder_partitions(experiment),
+        resources=("launcher",),
     )
-    def ladder_checkpoint(out: PendingArtifact, tokenized_cache: Artifact) -> None:
+    def ladder_checkpoint(
+        out: PendingArtifact, tokenized_cache: Artifact, launcher: LauncherResource
+    ) -> None:
         """One run of the scaling ladder: model size x compute budget, tokens = budget / FLOPs per token."""
         budget_name, size = out.partition.split("|")
         budget = {budget_key(b): b for b in experiment.ladder.budgets}[budget_name]
         vocab_size = tokenized_cache.metadata["vocab_size"]
         run = experiment.ladder.run(size, budget, vocab_size, seq_len, experiment.train)
-        run_training(out, tokenized_cache, experiment.data_mixture, run.model, run.train)
+        run_training(out, tokenized_cache, launcher, experiment.data_mixture, run.model, run.train)
         out.metadata["budget_flops"] = budget
 
     return [checkpoint, ladder_checkpoint]

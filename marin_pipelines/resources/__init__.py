@@ -1,8 +1,9 @@
-"""Dagster resources: the artifact store and the Datashop annotator (more to come: launcher, tracker)."""
+"""Dagster resources: the artifact store, the Datashop annotator and the training launcher."""
 
 from typing import Any
 
 from marin_pipelines.resources.annotator import AnnotatorResource
+from marin_pipelines.resources.launcher import LocalLauncher
 from marin_pipelines.resources.store import ArtifactIOManager, ArtifactStoreResource
 
 
@@ -12,4 +13,5 @@ def default_resources(store_root: str | None = None) -> dict[str, Any]:
         "store": store,
         "io_manager": ArtifactIOManager(store=store),
         "annotator": AnnotatorResource(store=store),
+        "launcher": LocalLauncher(),
     }

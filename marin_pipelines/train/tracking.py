@@ -21,6 +21,7 @@ PROJECT = "marin-pipelines"
 def wandb_run(out_dir: Path, config: dict[str, Any]) -> Iterator[Callable[[dict[str, Any]], None] | None]:
     """A callback logging each step's metrics, or None when tracking is disabled."""
     mode = os.environ.setdefault("WANDB_MODE", "offline")
+    os.environ.setdefault("WANDB_SILENT", "true")  # the trainer logs its own progress
     if mode == "disabled":
         yield None
         return
