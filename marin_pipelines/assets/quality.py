@@ -12,8 +12,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from dagster import AssetsDefinition
 
+from marin_pipelines.assets.crawl import Snapshots, snapshot_documents
 from marin_pipelines.assets.stage import funnel_conserved, stage_asset
-from marin_pipelines.documents import Decision, read_documents, write_stage
+from marin_pipelines.documents import Decision, write_stage
 from marin_pipelines.experiment import Experiment
 from marin_pipelines.quality.annotation import (
     SIMILARITY,
@@ -48,18 +49,18 @@ def quality_assets(experiment: Experiment) -> list[AssetsDefinition]:
 
     @stage_asset(experiment, "quality_scores", group="data", ins=("deduplicated_text", *labels_in))
     def quality_scores(
-        out: PendingArtifact, deduplicated_text: Artifact, quality_labels: Artifact | None = None
+        out: PendingArtifact, deduplicated_text: Snapshots, quality_labels: Artifact | None = None
     ) -> None:
         """A fastText classifier (good examples vs the rest) and every document's score."""
         if quality_labels is None:
             positives = load_reference_texts(config.reference)
-            negatives = [doc["text"] for doc in read_documents(deduplicated_text.path, columns=["text"])]
+            negatives = [doc["text"] for doc in snapshot_documents(experiment, deduplicated_text, ["text"])]
         else:
             rows = pq.read_table(quality_labels.file(LABELS)).to_pylist()
             positives, negatives = classifier_examples(rows, datashop.scale)
         classifier = train_quality_classifier(positives, negatives, config, out.path / MODEL)
         ids, scores = zip(
-            *score_documents(out.path / MODEL, read_documents(deduplicated_text.path)), strict=True
+            *score_documents(out.path / MODEL, snapshot_documents(experiment, deduplicated_text)), strict=True
         )
         pq.write_table(pa.table({"id": list(ids), "score": list(scores)}), out.path / SCORES)
         plot_score_histogram(
@@ -80,7 +81,7 @@ def quality_assets(experiment: Experiment) -> list[AssetsDefinition]:
         ins=("deduplicated_text", "quality_scores"),
         checks={"funnel": funnel_conserved},
     )
-    def curated_text(out: PendingArtifact, deduplicated_text: Artifact, quality_scores: Artifact) -> None:
+    def curated_text(out: PendingArtifact, deduplicated_text: Snapshots, quality_scores: Artifact) -> None:
         """Documents kept by quality threshold or top fraction: the training text."""
         table = pq.read_table(quality_scores.file(SCORES))
         scores = dict(zip(table["id"].to_pylist(), table["score"].to_pylist(), strict=True))
@@ -93,7 +94,7 @@ def quality_assets(experiment: Experiment) -> list[AssetsDefinition]:
                     examples[doc["id"]] = doc
                 yield doc, reason
 
-        kept = curate(read_documents(deduplicated_text.path), scores, experiment.curation)
+        kept = curate(snapshot_documents(experiment, deduplicated_text), scores, experiment.curation)
         funnel = write_stage(noting_examples(kept), out.path)
         out.metadata["funnel"] = funnel.as_dict()
         out.metadata["kept_fraction"] = funnel.docs_out / funnel.docs_in if funnel.docs_in else 0.0
@@ -109,10 +110,10 @@ def quality_assets(experiment: Experiment) -> list[AssetsDefinition]:
 
 def _quality_labels(experiment: Experiment, datashop: DatashopConfig) -> AssetsDefinition:
     def quality_labels(
-        out: PendingArtifact, deduplicated_text: Artifact, annotator: AnnotatorResource
+        out: PendingArtifact, deduplicated_text: Snapshots, annotator: AnnotatorResource
     ) -> None:
         labeller = annotator.annotator(datashop)
-        rows, result = label_sample(read_documents(deduplicated_text.path), datashop, labeller)
+        rows, result = label_sample(snapshot_documents(experiment, deduplicated_text), datashop, labeller)
         pq.write_table(
             pa.Table.from_pylist(
                 rows,

@@ -75,8 +75,9 @@ def datashop(warc_root: str | None = None) -> Experiment:
             "annotator": "similarity",
             "examples": EXAMPLES,
         },
-        # every labelled negative is used: the sample is small and the labels were paid for
-        quality={**fields["quality"], "negatives_per_positive": 10.0},
+        # A few hundred labelled documents: every negative is used (the labels were paid for), and more
+        # epochs at a higher rate than for reference-vs-crawl, where the classes are easy to tell apart.
+        quality={**fields["quality"], "negatives_per_positive": 10.0, "epoch": 50, "lr": 1.0},
         curation={"top_fraction": 0.5},
     )
     return Experiment.build(**fields)
