@@ -1,23 +1,48 @@
-"""The scaling law fitted over the ladder's evaluations, checked against the experiment's main run."""
+"""The scaling law fitted over the ladder, the preregistered prediction for the main run, and its check.
+
+``scaling_prediction`` reads only the ladder (and the cache's vocabulary, which sizes the target's
+FLOPs per token): it is recorded before the target run starts and can never see it. The check on
+``eval_results`` compares the target's actual loss with that record; ``scaling_law`` draws both.
+"""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
+from typing import Any
 
-from dagster import AssetsDefinition
+from dagster import AssetCheckResult, AssetIn, AssetsDefinition, asset_check
 
 from marin_pipelines.assets.stage import stage_asset
+from marin_pipelines.evals.eval_results import evaluate_bpb
 from marin_pipelines.experiment import Experiment
-from marin_pipelines.scaling.scaling_law import fit_scaling_law, plot_scaling_law
+from marin_pipelines.scaling.fit import fit, law_from_dict
+from marin_pipelines.scaling.scaling_law import plot_scaling_law
+from marin_pipelines.scaling.speedrun import (
+    discover_submissions,
+    leaderboard_markdown,
+    plot_leaderboard,
+    run_submission,
+)
 from marin_pipelines.store import Artifact, PendingArtifact
+from marin_pipelines.tokenize.tokenized_cache import TokenCache
+from marin_pipelines.tokenize.tokenizer import load_tokenizer, token_byte_lengths
+from marin_pipelines.train.checkpoint import load_checkpoint
 
+PREDICTION = "prediction.json"
 PLOT = "scaling_law.png"
+LEADERBOARD = "leaderboard.md"
+LEADERBOARD_PLOT = "leaderboard.png"
+TOLERANCE = 0.02  # the preregistered prediction passes when within 2% of the actual loss
 
 
-def _run(name: str, evals: Artifact) -> dict:
+def _run(key: str, evals: Artifact) -> dict[str, Any]:
+    budget, size = key.split("|")  # the ladder's partition key: budget|size
     m = evals.metadata
     return {
-        "run": name,
+        "run": key,
+        "size": size,
+        "budget": float(budget),
         "params": m["params"],
         "tokens": m["train_tokens"],
         "flops": m["flops"],
@@ -25,28 +50,118 @@ def _run(name: str, evals: Artifact) -> dict:
     }
 
 
-def scaling_assets(experiment: Experiment) -> list[AssetsDefinition]:
-    @stage_asset(experiment, "scaling_law", group="scaling", ins=("ladder_eval_results", "eval_results"))
-    def scaling_law(
-        out: PendingArtifact, ladder_eval_results: dict[str, Artifact], eval_results: Artifact
-    ) -> None:
-        """L(N, D) fitted over the ladder's validation losses, and its prediction for the main run."""
-        runs = [_run(key, evals) for key, evals in sorted(ladder_eval_results.items())]
-        law = fit_scaling_law(runs)
-        main = _run("checkpoint", eval_results)
-        predicted = law.predict(main["params"], main["tokens"])
-        prediction = {
-            **main,
-            "predicted_loss": predicted,
-            "relative_error": (predicted - main["loss"]) / main["loss"],
-        }
-        plot_scaling_law(
-            runs, law, out.path / PLOT, predictions=[(main["params"], main["tokens"], main["flops"])]
-        )
-        (out.path / "scaling_law.json").write_text(
-            json.dumps({"law": law.as_dict(), "runs": runs, "main_run": prediction}, indent=2)
-        )
-        out.metadata.update(law.as_dict())
-        out.metadata.update(runs=runs, main_run=prediction, plots={"scaling_law": PLOT})
+def prediction_error(prediction: dict[str, Any], actual: float) -> dict[str, Any]:
+    """Actual vs preregistered: the relative error of the prediction and whether its interval held."""
+    low, high = prediction["loss_interval"]
+    return {
+        "predicted_loss": prediction["loss"],
+        "actual_loss": actual,
+        "relative_error": prediction["loss"] / actual - 1,
+        "within_interval": low <= actual <= high,
+    }
 
-    return [scaling_law]
+
+def scaling_assets(experiment: Experiment) -> list[AssetsDefinition]:
+    ladder = experiment.ladder
+
+    @stage_asset(
+        experiment, "scaling_prediction", group="scaling", ins=("ladder_eval_results", "tokenized_cache")
+    )
+    def scaling_prediction(
+        out: PendingArtifact, ladder_eval_results: dict[str, Artifact], tokenized_cache: Artifact
+    ) -> None:
+        """L(N, D) fitted over the ladder, and the main run's loss predicted before it is trained."""
+        runs = [_run(key, evals) for key, evals in sorted(ladder_eval_results.items())]
+        law_fit = fit(runs, bootstrap=ladder.bootstrap, seed=ladder.seed)
+        model, train = experiment.main_run(tokenized_cache.metadata["vocab_size"])
+        tokens = train.steps * train.batch_size * model.seq_len
+        target = {
+            "size": experiment.model.size,
+            "budget": ladder.target_budget,
+            "steps": train.steps,
+            **law_fit.predict(
+                model.num_params(include_embeddings=False), tokens, model.flops_per_token() * tokens
+            ),
+        }
+        extrapolation = target["flops"] / max(r["budget"] for r in runs)
+        plot_scaling_law(runs, law_fit.law, out.path / PLOT, predictions=[target])
+        fitted = law_fit.as_dict()
+        (out.path / PREDICTION).write_text(
+            json.dumps({"fit": fitted, "runs": runs, "target": target}, indent=2)
+        )
+        out.metadata.update(fitted["law"])
+        out.metadata.update(
+            method=fitted["method"],
+            method_reason=fitted["reason"],
+            formula=fitted["formula"],
+            intervals=fitted["intervals"],
+            isoflops=fitted["isoflops"],
+            runs=runs,
+            target=target,
+            predicted_loss=target["loss"],
+            extrapolation=extrapolation,
+            plots={"scaling_law": PLOT},
+        )
+
+    @asset_check(
+        asset=[experiment.name, "eval_results"],
+        additional_ins={"scaling_prediction": AssetIn(key=[experiment.name, "scaling_prediction"])},
+        description=f"The main run's loss is within {TOLERANCE:.0%} of the loss preregistered for it.",
+    )
+    def preregistered_prediction(eval_results: Artifact, scaling_prediction: Artifact) -> AssetCheckResult:
+        target = json.loads(scaling_prediction.file(PREDICTION).read_text())["target"]
+        error = prediction_error(target, eval_results.metadata["loss"])
+        return AssetCheckResult(passed=abs(error["relative_error"]) <= TOLERANCE, metadata=error)
+
+    @stage_asset(experiment, "scaling_law", group="scaling", ins=("scaling_prediction", "eval_results"))
+    def scaling_law(out: PendingArtifact, scaling_prediction: Artifact, eval_results: Artifact) -> None:
+        """The ladder's fit with the main run's preregistered prediction and its actual loss."""
+        record = json.loads(scaling_prediction.file(PREDICTION).read_text())
+        target, fitted = record["target"], record["fit"]
+        actual = eval_results.metadata["loss"]
+        law = law_from_dict(fitted["method"], fitted["law"])
+        plot_scaling_law(record["runs"], law, out.path / PLOT, predictions=[{**target, "actual": actual}])
+        main_run = {**target, **prediction_error(target, actual)}
+        (out.path / "scaling_law.json").write_text(json.dumps({**record, "main_run": main_run}, indent=2))
+        out.metadata.update(fitted["law"])
+        out.metadata.update(
+            method=fitted["method"],
+            formula=fitted["formula"],
+            n_runs=fitted["n_runs"],
+            runs=record["runs"],
+            main_run=main_run,
+            plots={"scaling_law": PLOT},
+        )
+
+    @stage_asset(experiment, "speedrun_leaderboard", group="scaling", ins=("tokenized_cache", "tokenizer"))
+    def speedrun_leaderboard(out: PendingArtifact, tokenized_cache: Artifact, tokenizer: Artifact) -> None:
+        """The chosen speedrun submissions trained at their budgets on this data, ranked by bits-per-byte."""
+        cache = TokenCache(tokenized_cache.path)
+        token_bytes = token_byte_lengths(load_tokenizer(tokenizer.path))
+
+        def bits_per_byte(checkpoint_dir: Path) -> float:
+            model, config = load_checkpoint(checkpoint_dir)
+            batch = experiment.eval_batch_size
+            return evaluate_bpb(model, cache.validation, token_bytes, config.seq_len, batch)["bits_per_byte"]
+
+        results = [
+            run_submission(
+                submission,
+                budget,
+                cache.train,
+                tokenized_cache.metadata["vocab_size"],
+                bits_per_byte,
+                out.path / "runs" / f"{submission.name}-{budget:.3g}",
+            )
+            for submission in discover_submissions()
+            if submission.name in experiment.speedrun
+            for budget in submission.budgets
+        ]
+        table = leaderboard_markdown(results) if results else "no submissions chosen"
+        (out.path / LEADERBOARD).write_text(table + "\n")
+        out.metadata.update(runs=len(results), leaderboard=table)
+        if results:
+            plot_leaderboard(results, out.path / LEADERBOARD_PLOT)
+            out.metadata["plots"] = {"speedrun": LEADERBOARD_PLOT}
+
+    return [scaling_prediction, preregistered_prediction, scaling_law, speedrun_leaderboard]

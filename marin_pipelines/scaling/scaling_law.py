@@ -1,8 +1,8 @@
-"""The mini-ladder: train a few model sizes at a few FLOP budgets, fit L(N, D), predict a bigger run.
+"""Scaling ladders (sizes x FLOP budgets, each rung trained by one rule) and the log-linear law.
 
-With a handful of runs there is no room for an irreducible-loss term, so the law is the log-linear
-L(N, D) = A * N^-alpha * D^-beta, fitted by least squares on log L (3 unknowns, exact linear
-algebra, no initial guess). It is a local fit, good for ranking and nearby extrapolation.
+L(N, D) = A * N^-alpha * D^-beta, fitted by least squares on log L (3 unknowns, exact linear algebra,
+no initial guess), is the fallback for ladders too small for the 5-parameter Chinchilla form
+(``scaling/fit.py``): a local fit, good for ranking and nearby extrapolation.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal, Protocol
 
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -70,6 +70,24 @@ class LadderConfig(BaseModel):
     )
     reference_d_model: int = Field(default=64, gt=0)
     warmup_fraction: float = Field(default=0.1, ge=0, lt=1)
+    target_budget: float | None = Field(
+        default=None,
+        gt=0,
+        description="preregistered target: the main run trains for this many FLOPs by this ladder's rule, "
+        "and its loss is predicted from the ladder before it starts",
+    )
+    bootstrap: int = Field(default=100, ge=0, description="bootstrap resamples for the fit's intervals")
+    seed: int = Field(default=0, description="seeds the bootstrap")
+
+    # What shapes the target run: how a rung is trained and its budget, not which rungs the ladder has.
+    TARGET_FIELDS: ClassVar[tuple[str, ...]] = (
+        "batch_size",
+        "learning_rate",
+        "lr_rule",
+        "reference_d_model",
+        "warmup_fraction",
+        "target_budget",
+    )
 
     @field_validator("sizes")
     @classmethod
@@ -108,6 +126,13 @@ class LadderConfig(BaseModel):
         )
         return LadderRun(size=size, budget_flops=budget_flops, model=model, train=train)
 
+    def target(self) -> dict[str, Any] | None:
+        """The config a preregistered target run depends on (None without a target): adding a rung to the
+        ladder changes the prediction, not the run it predicts."""
+        if self.target_budget is None:
+            return None
+        return self.model_dump(include=set(self.TARGET_FIELDS))
+
     def plan(self, vocab_size: int, seq_len: int, base: TrainConfig | None = None) -> list[LadderRun]:
         """Every rung, sizes outer, budgets inner."""
         return [
@@ -128,8 +153,15 @@ class ScalingLaw:
     residuals: tuple[float, ...]
     n_runs: int
 
+    method = "log_linear"
+    PARAMETERS = ("A", "alpha", "beta")
+
     def predict(self, params: float, tokens: float) -> float:
         return self.A * params**-self.alpha * tokens**-self.beta
+
+    @property
+    def formula(self) -> str:
+        return f"L = {self.A:.3g} N^-{self.alpha:.3f} D^-{self.beta:.3f}  (R² {self.r2:.3f})"
 
     def as_dict(self) -> dict[str, Any]:
         return {**asdict(self), "residuals": list(self.residuals)}
@@ -172,22 +204,29 @@ def fit_scaling_law(runs: Sequence[dict[str, float]]) -> ScalingLaw:
     )
 
 
+class Law(Protocol):
+    formula: str
+
+    def predict(self, params: float, tokens: float) -> float: ...
+
+
 def plot_scaling_law(
     runs: list[dict[str, Any]],
-    law: ScalingLaw,
+    law: Law,
     path: Path,
-    predictions: Sequence[tuple[float, ...]] = (),
+    predictions: Sequence[dict[str, Any]] = (),
+    title: str | None = None,
 ) -> None:
     """Loss vs training compute on log-log axes, one colour per model size, the fit drawn per size.
 
     Compute is each run's ``flops`` when present, else 6ND; a size's curve uses its runs' FLOPs per
-    token. ``predictions`` are (params, tokens) placed at 6ND, or (params, tokens, flops); each is
-    starred on its own dashed fitted curve.
+    token. Each prediction (keys params, tokens, optional flops, loss_interval, actual) is starred on
+    its own dashed fitted curve, with its interval as an error bar and the actual loss as a cross.
     """
     figure = Figure(figsize=(7, 5), dpi=100)
     FigureCanvasAgg(figure)
     ax = figure.add_subplot()
-    all_tokens = [float(r["tokens"]) for r in runs] + [float(p[1]) for p in predictions]
+    all_tokens = [float(r["tokens"]) for r in runs] + [float(p["tokens"]) for p in predictions]
     token_grid = np.geomspace(min(all_tokens) / 2, max(all_tokens) * 2, 64)
 
     for i, size in enumerate(sorted({float(r["params"]) for r in runs})):
@@ -205,18 +244,20 @@ def plot_scaling_law(
             label=f"{label} ({size / 1e6:.3g}M params)",
             zorder=3,
         )
-    for params, tokens, *flops in predictions:
-        per_token = flops[0] / tokens if flops else 6 * params
-        loss = law.predict(params, tokens)
+    for p in predictions:
+        params, tokens = float(p["params"]), float(p["tokens"])
+        per_token = float(p.get("flops", 6 * params * tokens)) / tokens
+        loss, x = law.predict(params, tokens), per_token * tokens
         ax.plot(token_grid * per_token, [law.predict(params, t) for t in token_grid], "k--", alpha=0.4)
-        ax.scatter([per_token * tokens], [loss], marker="*", s=200, color="k", zorder=4)
-        ax.annotate(
-            f"predicted {loss:.3f}\n{params / 1e6:.3g}M params",
-            (per_token * tokens, loss),
-            xytext=(8, 8),
-            textcoords="offset points",
-            fontsize=8,
-        )
+        if "loss_interval" in p:
+            low, high = p["loss_interval"]
+            ax.errorbar([x], [loss], yerr=[[loss - low], [high - loss]], color="k", capsize=4, zorder=4)
+        ax.scatter([x], [loss], marker="*", s=200, color="k", zorder=5)
+        text = f"predicted {loss:.3f}\n{params / 1e6:.3g}M params"
+        if p.get("actual") is not None:
+            ax.scatter([x], [p["actual"]], marker="X", s=80, color="C3", zorder=6, label="actual")
+            text += f"\nactual {p['actual']:.3f} ({100 * (loss / p['actual'] - 1):+.1f}%)"
+        ax.annotate(text, (x, loss), xytext=(8, 8), textcoords="offset points", fontsize=8)
 
     ax.set_xscale("log")
     ax.set_yscale("log")
@@ -224,10 +265,7 @@ def plot_scaling_law(
         set_formatter(FormatStrFormatter("%.2f"))  # losses span less than a decade: label the minor ticks
     ax.set_xlabel("training compute (FLOPs)")
     ax.set_ylabel("loss")
-    ax.set_title(
-        f"L = {law.A:.3g} N^-{law.alpha:.3f} D^-{law.beta:.3f}  (R² {law.r2:.3f}, {law.n_runs} runs)",
-        fontsize=10,
-    )
+    ax.set_title(title or f"{law.formula}  ({len(runs)} runs)", fontsize=10)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
     figure.tight_layout()
