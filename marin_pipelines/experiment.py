@@ -22,6 +22,7 @@ from marin_pipelines.quality.annotation import DatashopConfig
 from marin_pipelines.quality.curated_text import CurationConfig
 from marin_pipelines.quality.quality_scores import QualityConfig
 from marin_pipelines.scaling.scaling_law import LadderConfig
+from marin_pipelines.scaling.speedrun import discover_submissions
 from marin_pipelines.store import version_hash
 from marin_pipelines.text.deduplicated_text import DedupConfig
 from marin_pipelines.text.extracted_text import ExtractConfig
@@ -30,7 +31,7 @@ from marin_pipelines.tokenize.data_mixture import MixtureConfig
 from marin_pipelines.tokenize.tokenized_cache import CacheConfig
 from marin_pipelines.tokenize.tokenizer import TokenizerConfig
 from marin_pipelines.train.checkpoint import TrainConfig
-from marin_pipelines.train.model import MODEL_SIZES
+from marin_pipelines.train.model import MODEL_SIZES, LlamaConfig, preset
 
 
 class ExperimentError(ValueError):
@@ -86,6 +87,18 @@ class Experiment(BaseModel):
     train: TrainConfig = TrainConfig()
     eval_batch_size: int = Field(16, ge=1)
     ladder: LadderConfig = LadderConfig()
+    speedrun: list[str] = Field(
+        default_factory=list, description="speedrun submissions (names under experiments/speedrun/) to run"
+    )
+
+    @field_validator("speedrun")
+    @classmethod
+    def _known_submissions(cls, names: list[str]) -> list[str]:
+        known = {s.name for s in discover_submissions()}
+        unknown = sorted(set(names) - known)
+        if unknown:
+            raise ValueError(f"unknown speedrun submissions {unknown}; allowed: {sorted(known)}")
+        return names
 
     @classmethod
     def build(cls, **fields: Any) -> Experiment:
@@ -98,6 +111,25 @@ class Experiment(BaseModel):
                 for err in e.errors()
             )
             raise ExperimentError(f"invalid experiment {fields.get('name', '?')!r}: {problems}") from None
+
+    @property
+    def target(self) -> dict[str, Any] | None:
+        """The preregistered target's budget and training rule (``LadderConfig.target``): versions the
+        main run, which trains by the ladder's rule for ``ladder.target_budget`` FLOPs when one is set."""
+        return self.ladder.target()
+
+    @property
+    def speedrun_submissions(self) -> dict[str, Any]:
+        """The chosen submissions' full configs: editing a submission file reruns the leaderboard."""
+        return {s.name: s.model_dump() for s in discover_submissions() if s.name in self.speedrun}
+
+    def main_run(self, vocab_size: int) -> tuple[LlamaConfig, TrainConfig]:
+        """The main checkpoint's model and training: ``train`` as given, or the ladder's next rung."""
+        size, seq_len = self.model.size, self.model.seq_len
+        if self.ladder.target_budget is None:
+            return preset(size, vocab_size, seq_len), self.train
+        run = self.ladder.run(size, self.ladder.target_budget, vocab_size, seq_len, self.train)
+        return run.model, run.train
 
     def stage_config(self, stage: str) -> dict[str, Any]:
         """The config that versions a stage (its own fields only)."""
@@ -164,11 +196,17 @@ STAGES: dict[str, Stage] = {
     "curated_text": Stage(("deduplicated_text", "quality_scores"), ("curation",), revision=2),
     "tokenizer": Stage(("curated_text",), ("tokenizer",)),
     "tokenized_cache": Stage(("curated_text", "tokenizer"), ("cache",), revision=2),
-    "checkpoint": Stage(("tokenized_cache",), ("model", "train", "data_mixture")),
+    # "target": a preregistered ladder target sizes the main run
+    "checkpoint": Stage(("tokenized_cache",), ("model", "train", "data_mixture", "target")),
     "eval_results": Stage(("checkpoint", "tokenized_cache", "tokenizer"), ("eval_batch_size",)),
     "ladder_checkpoint": Stage(("tokenized_cache",), ("model", "train", "ladder", "data_mixture")),
     "ladder_eval_results": Stage(("ladder_checkpoint", "tokenized_cache", "tokenizer"), ("eval_batch_size",)),
-    "scaling_law": Stage(("ladder_eval_results", "eval_results"), ("ladder",)),
+    # the preregistered prediction depends on the ladder only, never on the run it predicts
+    "scaling_prediction": Stage(("ladder_eval_results", "tokenized_cache"), ("model", "train", "ladder")),
+    "scaling_law": Stage(("scaling_prediction", "eval_results"), (), revision=2),
+    "speedrun_leaderboard": Stage(
+        ("tokenized_cache", "tokenizer"), ("speedrun_submissions", "eval_batch_size")
+    ),
 }
 
 # Only in experiments that declare a Datashop config (Experiment.stages puts it before quality_scores).
