@@ -197,9 +197,12 @@ STAGES: dict[str, Stage] = {
     "tokenizer": Stage(("curated_text",), ("tokenizer",)),
     "tokenized_cache": Stage(("curated_text", "tokenizer"), ("cache",), revision=2),
     # "target": a preregistered ladder target sizes the main run
-    "checkpoint": Stage(("tokenized_cache",), ("model", "train", "data_mixture", "target")),
+    # revision 2: orbax checkpoints written by `marin-pipelines train` through the launcher
+    "checkpoint": Stage(("tokenized_cache",), ("model", "train", "data_mixture", "target"), revision=2),
     "eval_results": Stage(("checkpoint", "tokenized_cache", "tokenizer"), ("eval_batch_size",)),
-    "ladder_checkpoint": Stage(("tokenized_cache",), ("model", "train", "ladder", "data_mixture")),
+    "ladder_checkpoint": Stage(
+        ("tokenized_cache",), ("model", "train", "ladder", "data_mixture"), revision=2
+    ),
     "ladder_eval_results": Stage(("ladder_checkpoint", "tokenized_cache", "tokenizer"), ("eval_batch_size",)),
     # the preregistered prediction depends on the ladder only, never on the run it predicts
     "scaling_prediction": Stage(("ladder_eval_results", "tokenized_cache"), ("model", "train", "ladder")),
