@@ -51,13 +51,17 @@ def experiment_summary(experiment: Experiment, store_root: str, run: ExperimentR
     lines.append("scaling ladder (validation loss):")
     for r in law["runs"]:
         lines.append(f"  {r['run']:<14} N={r['params']:>9,}  D={r['tokens']:>9,}  loss {r['loss']:.3f}")
-    fit = f"L = {law['A']:.3g} * N^-{law['alpha']:.3f} * D^-{law['beta']:.3f}"
-    lines.append(f"fitted law: {fit}  (R^2 {law['r2']:.3f}, N non-embedding params, D tokens)")
-    main = law["main_run"]
+    lines.append(f"fitted law ({law['method']}): {law['formula']}  (N non-embedding params, D tokens)")
+    main, ladder_top = law["main_run"], max(r["budget"] for r in law["runs"])
+    low, high = main["loss_interval"]
     lines.append(
-        f"main run predicted from the ladder: loss {main['predicted_loss']:.3f}, actual {main['loss']:.3f} "
-        f"({100 * main['relative_error']:+.1f}%)"
+        f"main run ({main['flops']:.2g} FLOPs, {main['flops'] / ladder_top:.0f}x the ladder's top budget), "
+        f"preregistered before it ran: loss {main['predicted_loss']:.3f} [{low:.3f}, {high:.3f}], "
+        f"actual {main['actual_loss']:.3f} ({100 * main['relative_error']:+.1f}%)"
     )
+    board = get("speedrun_leaderboard").metadata
+    if board["runs"]:
+        lines.append(f"speedrun: {board['runs']} runs, `marin-pipelines leaderboard` prints the table")
     failed = run.failed_checks
     passed = len(run.checks) - len(failed)
     lines.append(f"asset checks: {passed} passed" + (f", FAILED: {failed}" if failed else ""))

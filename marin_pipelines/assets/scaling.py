@@ -164,4 +164,5 @@ def scaling_assets(experiment: Experiment) -> list[AssetsDefinition]:
             plot_leaderboard(results, out.path / LEADERBOARD_PLOT)
             out.metadata["plots"] = {"speedrun": LEADERBOARD_PLOT}
 
-    return [scaling_prediction, preregistered_prediction, scaling_law, speedrun_leaderboard]
+    checks = [preregistered_prediction] if ladder.target_budget is not None else []  # only a declared target
+    return [scaling_prediction, *checks, scaling_law, speedrun_leaderboard]
