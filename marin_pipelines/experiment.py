@@ -17,7 +17,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from marin_pipelines.crawl.demo_crawl import DemoCrawlConfig
-from marin_pipelines.crawl.web_documents import WebDocumentsConfig, find_warc_files
+from marin_pipelines.crawl.snapshots import crawl_fingerprint, crawl_snapshots
+from marin_pipelines.crawl.web_documents import WebDocumentsConfig
 from marin_pipelines.quality.annotation import DatashopConfig
 from marin_pipelines.quality.curated_text import CurationConfig
 from marin_pipelines.quality.quality_scores import QualityConfig
@@ -43,7 +44,11 @@ class CrawlConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    warc_root: str | None = Field(None, description="folder of WARC/ARC files; None builds the demo crawl")
+    warc_root: str | None = Field(
+        None,
+        description="folder or gs:// prefix of snapshot folders (or of WARC/ARC files: one snapshot); "
+        "None builds the demo crawl",
+    )
     demo: DemoCrawlConfig = DemoCrawlConfig()
 
 
@@ -86,6 +91,11 @@ class Experiment(BaseModel):
     model: ModelChoice = ModelChoice()
     train: TrainConfig = TrainConfig()
     eval_batch_size: int = Field(16, ge=1)
+    workers: int = Field(
+        default_factory=lambda: os.cpu_count() or 1,
+        ge=1,
+        description="processes for the per-document stages (not versioned: outputs do not depend on it)",
+    )
     ladder: LadderConfig = LadderConfig()
     speedrun: list[str] = Field(
         default_factory=list, description="speedrun submissions (names under experiments/speedrun/) to run"
@@ -150,6 +160,18 @@ class Experiment(BaseModel):
 
     @cached_property
     def versions(self) -> dict[str, str]:
+        try:
+            snapshots = self.snapshots
+        except (FileNotFoundError, ValueError):
+            snapshots = []  # the crawl asset raises the clear error when it runs
+        return self.stage_versions(self._crawl_fingerprint(), snapshots)
+
+    def stage_versions(self, crawl_input: Any, snapshots: list[str]) -> dict[str, str]:
+        """Every stage's version for a crawl whose content is ``crawl_input``, made of ``snapshots``.
+
+        Per-snapshot stages (partitions) do not depend on which snapshots exist, so a new snapshot
+        recomputes nothing already done; the first stages that read every snapshot do.
+        """
         out: dict[str, str] = {}
         for name, stage in self.stages.items():  # insertion order is topological
             payload = {
@@ -159,20 +181,22 @@ class Experiment(BaseModel):
                 "upstream": {dep: out[dep] for dep in stage.deps},
             }
             if name == "crawl":
-                payload["input"] = self._crawl_fingerprint()
+                payload["input"] = crawl_input
+            if not stage.per_snapshot and any(self.stages[dep].per_snapshot for dep in stage.deps):
+                payload["snapshots"] = snapshots
             out[name] = version_hash(payload)
         return out
 
+    @property
+    def snapshots(self) -> list[str]:
+        """The crawl's snapshot keys, read from the crawl root now (``crawl/snapshots.py``)."""
+        return crawl_snapshots(self.crawl.warc_root)
+
     def _crawl_fingerprint(self) -> Any:
-        """What the crawl's content depends on: the user's files, or the Python that renders the demo."""
+        """What the crawl's content depends on: a single-snapshot root's files, or the demo's Python."""
         if self.crawl.warc_root is None:
             return {"python": platform.python_version()}
-        root = Path(self.crawl.warc_root)
-        try:
-            files = find_warc_files(root)
-        except (FileNotFoundError, ValueError):
-            return {"missing": str(root)}  # the crawl asset raises the clear error when it runs
-        return [(str(p.relative_to(root)), p.stat().st_size, int(p.stat().st_mtime)) for p in files]
+        return crawl_fingerprint(self.crawl.warc_root)
 
 
 def _dump(value: Any) -> Any:
@@ -184,20 +208,20 @@ class Stage:
     deps: tuple[str, ...]
     config: tuple[str, ...]
     revision: int = 1  # bump when a stage's logic changes so old outputs are not reused
+    per_snapshot: bool = False  # partitioned by crawl snapshot
 
 
 STAGES: dict[str, Stage] = {
-    "crawl": Stage((), ("crawl",)),
-    "web_documents": Stage(("crawl",), ("web_documents",)),
-    "extracted_text": Stage(("web_documents",), ("extract",)),
-    "filtered_text": Stage(("extracted_text",), ("filters",)),
-    "deduplicated_text": Stage(("filtered_text",), ("dedup",)),
+    "crawl": Stage((), ("crawl",), revision=2, per_snapshot=True),
+    "web_documents": Stage(("crawl",), ("web_documents",), revision=2, per_snapshot=True),
+    "extracted_text": Stage(("web_documents",), ("extract",), revision=2, per_snapshot=True),
+    "filtered_text": Stage(("extracted_text",), ("filters",), revision=2, per_snapshot=True),
+    "deduplicated_text": Stage(("filtered_text",), ("dedup",), revision=2, per_snapshot=True),
     "quality_scores": Stage(("deduplicated_text",), ("quality",), revision=2),
     "curated_text": Stage(("deduplicated_text", "quality_scores"), ("curation",), revision=2),
     "tokenizer": Stage(("curated_text",), ("tokenizer",)),
     "tokenized_cache": Stage(("curated_text", "tokenizer"), ("cache",), revision=2),
-    # "target": a preregistered ladder target sizes the main run
-    # revision 2: orbax checkpoints written by `marin-pipelines train` through the launcher
+    # revision 2: orbax; "target": a preregistered ladder target sizes the main run
     "checkpoint": Stage(("tokenized_cache",), ("model", "train", "data_mixture", "target"), revision=2),
     "eval_results": Stage(("checkpoint", "tokenized_cache", "tokenizer"), ("eval_batch_size",)),
     "ladder_checkpoint": Stage(

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING
 
+from marin_pipelines.documents import Funnel
 from marin_pipelines.experiment import Experiment
 from marin_pipelines.store import Artifact, ArtifactStore
 
@@ -28,14 +29,16 @@ def experiment_summary(experiment: Experiment, store_root: str, run: ExperimentR
     work = "nothing recomputed, every output reused" if reused == total else f"{total - reused} computed"
     lines = [f"== {experiment.name}: {total} assets materialised in {seconds:.1f} s ({work})"]
     lines.append(f"   outputs under {store.root}")
-    lines.append("documents per stage (in -> kept; removed by reason):")
+    snapshots = experiment.snapshots
+    lines.append(f"documents per stage, {len(snapshots)} snapshot(s) (in -> kept; removed by reason):")
     for stage in DOCUMENT_STAGES:
-        funnel = get(stage).metadata["funnel"]
+        partitions = snapshots if experiment.stages[stage].per_snapshot else [None]
+        funnel = sum((Funnel.from_dict(get(stage, p).metadata["funnel"]) for p in partitions), Funnel())
         by_family = Counter()  # "gopher_repetition:dup_5_gram" counts under gopher_repetition
-        for reason, n in funnel["removed"].items():
+        for reason, n in funnel.removed.items():
             by_family[reason.split(":")[0]] += n
         reasons = ", ".join(f"{family} {n}" for family, n in by_family.most_common())
-        lines.append(f"  {stage:<18} {funnel['docs_in']:>6} -> {funnel['docs_out']:>6}   {reasons or '-'}")
+        lines.append(f"  {stage:<18} {funnel.docs_in:>6} -> {funnel.docs_out:>6}   {reasons or '-'}")
     cache = get("tokenized_cache").metadata
     lines.append(
         f"tokens: {cache['train_tokens']:,} train / {cache['validation_tokens']:,} validation, "

@@ -12,7 +12,16 @@ import sys
 
 from marin_pipelines.experiment import ExperimentError
 
-COMMANDS = ("demo", "tokenize", "train", "checkpoint_info", "fit_scaling_law", "leaderboard")
+COMMANDS = (
+    "demo",
+    "tokenize",
+    "train",
+    "checkpoint_info",
+    "fit_scaling_law",
+    "leaderboard",
+    "process_crawl",
+    "extract",
+)
 
 
 def main(argv: list[str] | None = None) -> int:

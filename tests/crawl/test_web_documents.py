@@ -252,3 +252,18 @@ def test_config_validation():
         WebDocumentsConfig(content_types=("html",))
     with pytest.raises(ValidationError, match="max_record_bytes"):
         WebDocumentsConfig(max_record_bytes=0)
+
+
+def test_nul_bytes_and_undecodable_pages_are_kept_as_bytes(tmp_path):
+    """Repair is extraction's job (it decodes with replacement); reading never fails on the bytes."""
+    nul = HTML.replace(b"Hello", b"Hel\x00lo")
+    broken = HTML.replace(b"Hello", b"H\xe9llo \xff\xfe")
+    pages = [
+        Page("nul", "https://example.com/nul", nul),
+        Page("bad-utf8", "https://example.com/bad", broken, "text/html; charset=utf-8"),
+    ]
+    decisions = list(read_web_documents([_warc(tmp_path / "n.warc.gz", pages)]))
+    assert [reason for _, reason in decisions] == [None, None]
+    assert [doc["html"] for doc, _ in decisions] == [nul, broken]
+    funnel = write_stage(iter(decisions), tmp_path)
+    assert funnel.docs_out == 2 and [d["html"] for d in read_documents(tmp_path)] == [nul, broken]
