@@ -3,7 +3,14 @@ import gzip
 import pytest
 from pydantic import ValidationError
 
-from marin_pipelines.text.extracted_text import ExtractConfig, decode_html, detect_language, extract_text
+from marin_pipelines.text.extracted_text import (
+    ExtractConfig,
+    decode_html,
+    detect_language,
+    extract_page,
+    extract_text,
+    to_markdown,
+)
 
 FIELDS = {"id", "url", "fetch_time", "source", "title", "text", "lang", "lang_score"}
 ARTICLE = """<html><head><title>  A   page about bread </title></head><body>
@@ -35,14 +42,27 @@ def _page(shared_data, name: str) -> bytes:
     return gzip.decompress((shared_data / "web-pages" / f"{name}.html.gz").read_bytes())
 
 
-def test_main_content_with_blocks_and_bullets():
+LISTS = """<html><head><title>Lists | Bakery</title></head><body>
+<nav><ul><li><a href="/a">Home</a></li><li><a href="/b">About us</a></li></ul></nav>
+<main><h1>Lists</h1>
+<p>Some prose that is long enough to be a paragraph of the article, with commas, and more words.</p>
+<h2>What you need</h2>
+<ul><li>Strong flour, a good deal of it</li><li>Water<ul><li>warm</li><li>not hot</li></ul></li></ul>
+<p>Another paragraph of the article that is long enough to count as prose for the heuristics.</p>
+<pre>x = 1
+    y = 2</pre>
+<div class="share-buttons"><a href="/t">Twitter</a> <a href="/f">Facebook</a></div>
+<div class="related-posts"><h3>Related</h3><p><a href="/r">Another story you may like</a></p></div>
+</main></body></html>"""
+
+
+def test_main_content_as_light_markdown():
     doc, reason = next(extract_text([_doc(ARTICLE)]))
     assert reason is None and set(doc) == FIELDS
     assert doc["title"] == "A page about bread"
-    assert doc["text"].startswith("Bread at home\n\nBaking bread at home takes time")
+    assert doc["text"].startswith("# Bread at home\n\nBaking bread at home takes time")
     assert "\n\nMix flour, water" in doc["text"]  # a blank line between blocks
-    assert "1. Use strong flour.\n  2. Keep the dough warm." in doc["text"]
-    assert "<ul>" not in ARTICLE  # resiliparse's main-content mode drops <ul> lists (it takes them for menus)
+    assert "\n\n1. Use strong flour.\n2. Keep the dough warm.\n\n" in doc["text"]
     assert "Log in" not in doc["text"] and "Privacy policy" not in doc["text"]
     assert (doc["id"], doc["url"], doc["fetch_time"], doc["source"]) == (
         "d1",
@@ -53,9 +73,38 @@ def test_main_content_with_blocks_and_bullets():
     assert doc["lang"] == "en" and 0.5 < doc["lang_score"] <= 1.0
 
 
+def test_unordered_lists_survive_and_furniture_goes():
+    title, text = extract_page(LISTS)
+    assert title == "Lists | Bakery"
+    assert text == (
+        "Some prose that is long enough to be a paragraph of the article, with commas, and more words.\n\n"
+        "## What you need\n\n"
+        "- Strong flour, a good deal of it\n- Water\n  - warm\n  - not hot\n\n"
+        "Another paragraph of the article that is long enough to count as prose for the heuristics.\n\n"
+        "x = 1\n    y = 2"
+    )  # the heading repeating the title is dropped; menus, share bars and related links are not prose
+
+
+def test_plain_blocks_without_markdown():
+    _, text = extract_page(LISTS, ExtractConfig(markdown=False))
+    assert "\n\nWhat you need\n\nStrong flour, a good deal of it\nWater\n  warm\n  not hot\n\n" in text
+
+
+def test_to_markdown_renders_resiliparse_minimal_html():
+    minimal = "<h2>A &amp; B</h2>\n\n<p>One<br>\ntwo</p>\n<ol>\n  <li>x</li>\n  <li>y</li>\n</ol>\nloose text"
+    assert to_markdown(minimal) == "## A & B\n\nOne\ntwo\n\n1. x\n2. y\n\nloose text"
+    assert to_markdown("<h1>Bread at home</h1>\n<p>Text.</p>", title="Bread at home | Site") == "Text."
+    assert to_markdown("<h1>Home</h1>\n<p>Text.</p>", title="Bread at home | Site") == "# Home\n\nText."
+
+
 def test_whole_page_when_main_content_is_off():
     doc, _ = next(extract_text([_doc(ARTICLE)], ExtractConfig(main_content=False)))
     assert "Log in" in doc["text"] and "Privacy policy" in doc["text"]
+
+
+def test_skip_elements():
+    _, text = extract_page(ARTICLE, ExtractConfig(skip_elements=("ol",)))
+    assert "strong flour" not in text and "Mix flour" in text
 
 
 def test_real_pages_in_several_languages(shared_data):
@@ -128,7 +177,9 @@ def test_demo_crawl_extraction(demo_docs):
     assert len(kept) >= 0.95 * len(decisions)
     assert sum(doc["lang"] == "en" for doc in kept) >= 0.8 * len(kept)
     reference = next(doc for doc in kept if doc["url"].endswith("/reference/assert.html"))
-    assert reference["text"].startswith('The "assert" statement\n\nAssert statements are a convenient way')
+    assert reference["title"].startswith('The "assert" statement')
+    assert reference["text"].startswith("Assert statements are a convenient way")  # the title is not repeated
+    assert "\n\nif __debug__:\n    if not expression: raise AssertionError\n\n" in reference["text"]
     assert "Log in" not in reference["text"] and "cookies" not in reference["text"]
 
 

@@ -17,6 +17,7 @@ from marin_pipelines.text.filtered_text import (
     fineweb,
     gopher_quality,
     gopher_repetition,
+    gopher_tokens,
     words,
 )
 
@@ -92,8 +93,35 @@ def test_language():
     ],
 )
 def test_gopher_quality_rules(text, rule, expected):
-    assert gopher_quality(text, words(text), rule) == expected
-    assert gopher_quality(PROSE, words(PROSE), rule) in (None, "max_words")
+    assert gopher_quality(text, gopher_tokens(text), rule) == expected
+    assert gopher_quality(PROSE, gopher_tokens(PROSE), rule) in (None, "max_words")
+
+
+def test_gopher_tokens_split_punctuation_as_datatrove_does():
+    assert gopher_tokens('He said: "it\'s 12,000 km (pages 4–11)..." Fine!') == [
+        "He", "said", ":", '"', "it's", "12,000", "km", "(", "pages", "4–11", ")", "...", '"', "Fine", "!",
+    ]  # fmt: skip
+
+
+def test_gopher_quality_follows_datatrove_definitions():
+    rule = GopherQualityRule()
+    # stop words: distinct and case-sensitive, as datatrove counts them ("The" is not "the")
+    twice = " ".join(["The river runs the long way down"] * 10)
+    assert gopher_quality(twice, gopher_tokens(twice), rule) == "stop_words"
+    assert gopher_quality(twice + " to", gopher_tokens(twice + " to"), rule) is None
+    # markdown heading markers are not hash symbols; other hashes are
+    headed = "\n\n".join(f"### Part {i}\n\n{PARAGRAPHS[i % 6]}" for i in range(6))
+    assert gopher_quality(headed, gopher_tokens(headed), rule) is None
+    tagged = headed.replace("### ", "#tag #tag ###")
+    assert gopher_quality(tagged, gopher_tokens(tagged), rule) == "hash_ratio"
+    # the alphabetic share is over words: punctuation-heavy prose (a deliberate deviation) passes
+    punctuated = " ".join(f"({w}), [{w}];" for w in PROSE.split())
+    assert gopher_quality(punctuated, gopher_tokens(punctuated), rule) is None
+    # blank lines count as lines for the bullet share, as in datatrove
+    bullets = "\n".join(f"- item {i} of the long list of the things to take" for i in range(20))
+    assert gopher_quality(bullets, gopher_tokens(bullets), rule) == "bullet_lines"
+    spaced = bullets.replace("\n", "\n\n")
+    assert gopher_quality(spaced, gopher_tokens(spaced), rule) is None
 
 
 def test_gopher_quality_thresholds_can_be_disabled():
@@ -186,10 +214,30 @@ def test_fineweb_rules():
     assert fineweb(short, rule) == "short_line_ratio"
     duplicated = PROSE + "\n" + PARAGRAPHS[0]
     assert fineweb(duplicated, rule) == "char_dup_ratio"
-    listy = "\n".join(f"Item {i} good." for i in range(60))
+    listy = "\n".join(f"Item {i}." for i in range(60))  # 59 line breaks for 180 tokens (words and stops)
     assert fineweb(listy, FineWebRule(short_line_thr=None)) == "new_line_ratio"
     assert fineweb(PROSE, rule) is None
     assert fineweb(duplicated, FineWebRule(char_duplicates_ratio=None)) is None
+    # stops are Unicode sentence terminals (datatrove's set): "。" ends a line, a closing quote does not
+    cjk = "\n".join(
+        ["这是一个很长的句子，它描述了河流的历史和城市的发展。"]
+        + [f"第{i}行说明了更多的细节和背景信息。" for i in range(9)]
+    )
+    only_punct = FineWebRule(char_duplicates_ratio=None, short_line_thr=None, new_line_ratio=None)
+    assert fineweb(cjk, only_punct) is None
+    quoted = "\n".join(f'{p[:-1]}, he said "so"' for p in PARAGRAPHS)
+    assert fineweb(quoted, rule) == "line_punct_ratio"
+
+
+def test_c4_counts_sentences_like_spacys_sentencizer():
+    rule = C4Rule(min_sentences=5)
+    two = "Dr. Smith met Mr. Jones at 3.30 p.m. in the park. They talked about the river for hours."
+    assert c4_lines("\n".join([two, two]), rule)[1] == "min_sentences"  # 4: abbreviations do not end one
+    assert c4_lines("\n".join([two, two, two]), rule)[1] is None  # 6
+    trailing = "It went on and on... and then it stopped. The end came at last, as it does."
+    assert c4_lines("\n".join([trailing, trailing]), rule)[1] == "min_sentences"  # "..." ends none: 4
+    glued = "We walked along the river.Then we crossed the old bridge.And then we went home."
+    assert c4_lines("\n".join([glued, glued]), rule)[1] is None  # "river.Then" is a boundary: 6
 
 
 def test_families_run_in_order_and_name_the_rule():
