@@ -9,7 +9,7 @@ import time
 
 import pytest
 import yaml
-from dagster import AssetExecutionContext, asset, materialize
+from dagster import AssetExecutionContext, MaterializeResult, asset, materialize
 
 from marin_pipelines.cli import main
 from marin_pipelines.resources.launcher import LocalLauncher
@@ -130,9 +130,10 @@ def test_local_launcher_streams_metrics_through_pipes(token_cache, tmp_path):
     messages = []
 
     @asset
-    def trained(context: AssetExecutionContext) -> None:
+    def trained(context: AssetExecutionContext) -> MaterializeResult:
         launcher = LocalLauncher(env={"WANDB_MODE": "disabled"})
         messages.extend(launcher.train(context, config, token_cache, tmp_path / "out"))
+        return MaterializeResult(metadata={"reported": len(messages)})
 
     assert materialize([trained]).success
     assert [m["step"] for m in messages] == [0, 4, 8]
