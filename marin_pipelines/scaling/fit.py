@@ -9,6 +9,7 @@ replacement: they show how much the ladder pins each parameter down, not how wro
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -42,8 +43,13 @@ def _fit(runs: Sequence[dict[str, float]], method: str, start: Law | None = None
 
 
 def _interval(values: Sequence[float]) -> tuple[float, float]:
+    """Percentiles over the finite values: a resample can fit a term away (A or B overflowing)."""
+    finite = np.asarray(values, dtype=float)
+    finite = finite[np.isfinite(finite)]
+    if finite.size == 0:
+        return math.nan, math.nan
     tail = 100 * (1 - CONFIDENCE) / 2
-    low, high = np.percentile(values, [tail, 100 - tail])
+    low, high = np.percentile(finite, [tail, 100 - tail])
     return float(low), float(high)
 
 
@@ -122,7 +128,9 @@ def fit(runs: Sequence[dict[str, float]], bootstrap: int = 100, seed: int = 0) -
     Each resample refits from the full fit's optimum; a resample too degenerate to fit (too few
     distinct sizes for the log-linear form) is drawn again, so there are always ``bootstrap`` of them.
     """
-    with threadpool_limits(1):  # L-BFGS on 5 parameters: BLAS threads only contend, 30x slower when busy
+    # L-BFGS on 5 parameters: BLAS threads only contend (30x slower on a busy machine). A resample may
+    # fit a term away and overflow it; _interval drops those values.
+    with threadpool_limits(1), np.errstate(over="ignore", invalid="ignore"):
         return _fit_all(runs, bootstrap, seed)
 
 

@@ -1,8 +1,9 @@
 """Isoflop profiles (Chinchilla approach 2): per budget, a parabola of loss in log N; its vertex is N*(C).
 
 Across budgets, N*(C) = k_N C^a and D*(C) = k_D C^b are power laws fitted by least squares in log-log.
-A profile needs at least 3 sizes at that budget and an upward parabola; the vertex may lie outside the
-sizes trained (``inside`` says), which is an extrapolation and flagged as one.
+A profile needs at least 3 sizes at that budget and an upward parabola. A vertex outside the sizes
+trained (``inside`` false) is kept in the report but left out of the power laws: a parabola says
+little beyond its points, and the optimum is then simply not bracketed by the ladder.
 """
 
 from __future__ import annotations
@@ -86,9 +87,12 @@ def fit_isoflops(runs: Sequence[dict[str, float]]) -> IsoflopFit:
         by_budget[float(run["budget"])].append(run)
     profiles = [isoflop_profile(budget, group) for budget, group in sorted(by_budget.items())]
     found = tuple(p for p in profiles if p is not None)
-    if len(found) < 2:
+    bracketed = [p for p in found if p.inside]
+    if len(bracketed) < 2:
         return IsoflopFit(found, None, None)
-    budgets = [p.budget for p in found]
+    budgets = [p.budget for p in bracketed]
     return IsoflopFit(
-        found, _power_law(budgets, [p.params for p in found]), _power_law(budgets, [p.tokens for p in found])
+        found,
+        _power_law(budgets, [p.params for p in bracketed]),
+        _power_law(budgets, [p.tokens for p in bracketed]),
     )

@@ -80,3 +80,15 @@ def test_isoflop_parabolas_find_the_compute_optimum():
 def test_a_budget_with_two_sizes_has_no_profile():
     runs = [{"budget": 1e18, "params": n, "tokens": 1e18 / (6 * n), "loss": 3.0} for n in (1e7, 1e8)]
     assert fit_isoflops(runs).profiles == () and fit_isoflops(runs).compute_optimal(1e19) is None
+
+
+def test_vertices_outside_the_ladder_stay_out_of_the_power_laws():
+    # loss rising with N at every budget: each parabola's vertex lies below the smallest size
+    runs = [
+        {"budget": c, "params": n, "tokens": c / (6 * n), "loss": 5 + np.log(n) ** 2 / 100 - np.log(c) / 100}
+        for c in (1e15, 1e16)
+        for n in (1e6, 2e6, 4e6)
+    ]
+    iso = fit_isoflops(runs)
+    assert len(iso.profiles) == 2 and not any(p.inside for p in iso.profiles)
+    assert iso.params is None and iso.compute_optimal(1e17) is None
