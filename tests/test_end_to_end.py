@@ -59,6 +59,10 @@ def test_stages_do_their_real_job(graph):
     law = meta["tiny/scaling_law"]
     assert law["n_runs"] == LADDER_RUNS and len(law["runs"]) == LADDER_RUNS
     assert "data:image/png;base64," in ckpt["loss_curve"] and "data:image/png;base64," in law["scaling_law"]
+    prediction = meta["tiny/scaling_prediction"]  # 2 x 2 rungs: too few for 5 parameters, and it says so
+    assert prediction["method"] == "log_linear" and "4 runs for 5 parameters" in prediction["method_reason"]
+    assert law["main_run"]["predicted_loss"] == prediction["predicted_loss"]
+    assert meta["tiny/speedrun_leaderboard"]["runs"] == 0  # the tiny experiment chooses no submissions
 
 
 def test_second_run_recomputes_nothing(graph):
