@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from marin_pipelines.crawl.demo_crawl import DemoCrawlConfig
 from marin_pipelines.crawl.snapshots import crawl_fingerprint, crawl_snapshots
 from marin_pipelines.crawl.web_documents import WebDocumentsConfig
+from marin_pipelines.evals.checkpoint_eval import EvalConfig
 from marin_pipelines.quality.annotation import DatashopConfig
 from marin_pipelines.quality.curated_text import CurationConfig
 from marin_pipelines.quality.quality_scores import QualityConfig
@@ -91,6 +92,9 @@ class Experiment(BaseModel):
     model: ModelChoice = ModelChoice()
     train: TrainConfig = TrainConfig()
     eval_batch_size: int = Field(16, ge=1)
+    evals: EvalConfig = Field(
+        EvalConfig(), description="held-out bits-per-byte sets and lm-eval tasks for every checkpoint"
+    )
     workers: int = Field(
         default_factory=lambda: os.cpu_count() or 1,
         ge=1,
@@ -223,11 +227,16 @@ STAGES: dict[str, Stage] = {
     "tokenized_cache": Stage(("curated_text", "tokenizer"), ("cache",), revision=2),
     # revision 2: orbax; "target": a preregistered ladder target sizes the main run
     "checkpoint": Stage(("tokenized_cache",), ("model", "train", "data_mixture", "target"), revision=2),
-    "eval_results": Stage(("checkpoint", "tokenized_cache", "tokenizer"), ("eval_batch_size",)),
+    # revision 2: every mixture source's validation split, held-out sets and lm-eval tasks
+    "eval_results": Stage(
+        ("checkpoint", "tokenized_cache", "tokenizer"), ("eval_batch_size", "evals"), revision=2
+    ),
     "ladder_checkpoint": Stage(
         ("tokenized_cache",), ("model", "train", "ladder", "data_mixture"), revision=2
     ),
-    "ladder_eval_results": Stage(("ladder_checkpoint", "tokenized_cache", "tokenizer"), ("eval_batch_size",)),
+    "ladder_eval_results": Stage(
+        ("ladder_checkpoint", "tokenized_cache", "tokenizer"), ("eval_batch_size", "evals"), revision=2
+    ),
     # the preregistered prediction depends on the ladder only, never on the run it predicts
     "scaling_prediction": Stage(("ladder_eval_results", "tokenized_cache"), ("model", "train", "ladder")),
     "scaling_law": Stage(("scaling_prediction", "eval_results"), (), revision=2),

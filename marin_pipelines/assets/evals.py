@@ -1,47 +1,101 @@
-"""Evaluation: bits-per-byte on the held-out validation split, for every checkpoint."""
+"""Evaluation of every checkpoint: bits-per-byte on each mixture source's validation split and the held-out
+sets, lm-eval tasks, a results table with the change against the previous version, and a check.
+
+Evaluation runs in the Dagster process: the launcher resource runs training only so far.
+"""
 
 from __future__ import annotations
 
 import json
+from typing import Any
 
-from dagster import AssetsDefinition
+from dagster import AssetExecutionContext, AssetKey, AssetRecordsFilter, AssetsDefinition
 
 from marin_pipelines.assets.stage import stage_asset
 from marin_pipelines.assets.train import ladder_partitions
-from marin_pipelines.evals.eval_results import evaluate_bpb
+from marin_pipelines.evals.checkpoint_eval import (
+    evaluate_checkpoint,
+    missing_tasks,
+    results_table,
+    scores,
+)
+from marin_pipelines.evals.eval_results import combine_bpb
 from marin_pipelines.experiment import Experiment
 from marin_pipelines.store import Artifact, PendingArtifact
-from marin_pipelines.tokenize.tokenized_cache import TokenCache
-from marin_pipelines.tokenize.tokenizer import load_tokenizer, token_byte_lengths
+from marin_pipelines.tokenize.tokenizer import load_tokenizer
 from marin_pipelines.train.checkpoint import load_checkpoint
 
 RESULTS = "results.json"
+HISTORY = 50  # materialisations searched back for the previous version
+
+
+def previous_scores(key: list[str], version: str) -> dict[str, Any] | None:
+    """The scores of the latest materialisation of this asset (and partition) of another version."""
+    context = AssetExecutionContext.get()
+    partition = context.partition_key if context.has_partition_key else None
+    records = context.instance.fetch_materializations(
+        AssetRecordsFilter(AssetKey(key), asset_partitions=[partition] if partition else None), limit=HISTORY
+    ).records
+    for record in records:
+        materialization = record.asset_materialization
+        metadata = materialization.metadata if materialization else {}
+        if "scores" in metadata and metadata.get("version") and metadata["version"].value != version:
+            return metadata["scores"].value
+    return None
 
 
 def evaluate(
-    out: PendingArtifact, checkpoint: Artifact, cache: Artifact, tokenizer: Artifact, batch: int
+    experiment: Experiment,
+    stage: str,
+    out: PendingArtifact,
+    checkpoint: Artifact,
+    cache: Artifact,
+    tokenizer: Artifact,
 ) -> None:
-    model, config = load_checkpoint(checkpoint.path)
-    token_bytes = token_byte_lengths(load_tokenizer(tokenizer.path))
-    results = evaluate_bpb(model, TokenCache(cache.path).validation, token_bytes, config.seq_len, batch)
-    trained = checkpoint.metadata  # N is non-embedding params: at these sizes embeddings dominate the count
-    results.update(
-        params=trained["non_embedding_params"], train_tokens=trained["tokens_seen"], flops=trained["flops"]
+    model, _ = load_checkpoint(checkpoint.path)
+    validation = {
+        name: [source.cache or str(cache.path)] for name, source in experiment.data_mixture.sources.items()
+    }
+    results = evaluate_checkpoint(
+        model, load_tokenizer(tokenizer.path), validation, experiment.evals, experiment.eval_batch_size
     )
     (out.path / RESULTS).write_text(json.dumps(results, indent=2))
-    out.metadata.update(results)
+    flat = scores(results)
+    mixture = combine_bpb([results["bpb"][name] for name in validation])
+    trained = checkpoint.metadata  # N is non-embedding params: at these sizes embeddings dominate the count
+    out.metadata.update(
+        loss=mixture["loss"],  # what the scaling law fits and predicts: the training mixture's held-out loss
+        bits_per_byte=mixture["bits_per_byte"],
+        params=trained["non_embedding_params"],
+        train_tokens=trained["tokens_seen"],
+        flops=trained["flops"],
+        scores=flat,
+        tasks=experiment.evals.tasks,
+    )
+    previous = previous_scores([experiment.name, stage], experiment.versions[stage])
+    table = {"results": results_table(flat)}
+    if previous is not None:
+        table["change against the previous version"] = results_table(flat, previous)
+    out.metadata["markdown"] = table
 
 
 def eval_assets(experiment: Experiment) -> list[AssetsDefinition]:
     ins = ("tokenized_cache", "tokenizer")
-    batch = experiment.eval_batch_size
+    requested = experiment.evals.tasks
 
-    @stage_asset(experiment, "eval_results", group="evals", ins=("checkpoint", *ins))
+    def tasks_scored(artifact: Artifact) -> tuple[bool, dict[str, Any]]:
+        """Every requested lm-eval task produced a number."""
+        missing = missing_tasks(requested, artifact.metadata["scores"])
+        return not missing, {"requested": len(requested), "missing": ", ".join(missing) or "none"}
+
+    checks = {"tasks_scored": tasks_scored}
+
+    @stage_asset(experiment, "eval_results", group="evals", ins=("checkpoint", *ins), checks=checks)
     def eval_results(
         out: PendingArtifact, checkpoint: Artifact, tokenized_cache: Artifact, tokenizer: Artifact
     ):
-        """Loss and bits-per-byte of the checkpoint on the held-out validation split."""
-        evaluate(out, checkpoint, tokenized_cache, tokenizer, batch)
+        """Loss and bits-per-byte per validation source and held-out set, and lm-eval task scores."""
+        evaluate(experiment, "eval_results", out, checkpoint, tokenized_cache, tokenizer)
 
     @stage_asset(
         experiment,
@@ -49,11 +103,12 @@ def eval_assets(experiment: Experiment) -> list[AssetsDefinition]:
         group="scaling",
         ins=("ladder_checkpoint", *ins),
         partitions_def=ladder_partitions(experiment),
+        checks=checks,
     )
     def ladder_eval_results(
         out: PendingArtifact, ladder_checkpoint: Artifact, tokenized_cache: Artifact, tokenizer: Artifact
     ) -> None:
-        """Validation loss and bits-per-byte of one ladder run."""
-        evaluate(out, ladder_checkpoint, tokenized_cache, tokenizer, batch)
+        """The same evaluation for one ladder run."""
+        evaluate(experiment, "ladder_eval_results", out, ladder_checkpoint, tokenized_cache, tokenizer)
 
     return [eval_results, ladder_eval_results]

@@ -17,6 +17,7 @@ COMMANDS = (
     "tokenize",
     "train",
     "checkpoint_info",
+    "eval",
     "fit_scaling_law",
     "leaderboard",
     "process_crawl",

@@ -1,4 +1,4 @@
-"""Bits per byte of a model on a held-out token stream: comparable across tokenizers."""
+"""Bits per byte of a model on held-out token streams: comparable across tokenizers."""
 
 from __future__ import annotations
 
@@ -8,7 +8,11 @@ import jax
 import numpy as np
 import optax
 from flax import nnx
+from tokenizers import Tokenizer
 
+from marin_pipelines.tokenize.text_sources import read_chunk, text_chunks
+from marin_pipelines.tokenize.tokenized_cache import TokenCache
+from marin_pipelines.tokenize.tokenizer import EOS
 from marin_pipelines.train.model import Llama
 
 
@@ -59,5 +63,53 @@ def evaluate_bpb(
         "loss": total_nats / predicted,
         "bits_per_byte": total_nats / math.log(2) / total_bytes,
         "tokens": predicted,
+        "bytes": total_bytes,
+    }
+
+
+def text_tokens(paths: list[str], tokenizer: Tokenizer) -> np.ndarray:
+    """Documents of .txt / .jsonl / .parquet files as one stream laid out as a token cache lays them out
+    (each document followed by EOS), with an EOS first so that the first document is predicted too."""
+    eos = tokenizer.token_to_id(EOS)
+    stream = [eos]
+    for chunk in text_chunks(paths):
+        for _, text in read_chunk(chunk):
+            stream += [*tokenizer.encode(text, add_special_tokens=False).ids, eos]
+    return np.asarray(stream, np.int32)
+
+
+def bpb_tokens(path: str, tokenizer: Tokenizer) -> np.ndarray:
+    """A bits-per-byte set: a token cache's validation split, or text files (``text_tokens``)."""
+    try:
+        cache = TokenCache(path)
+    except FileNotFoundError:
+        return text_tokens([path], tokenizer)
+    return np.asarray(cache.validation)
+
+
+def evaluate_bpb_sets(
+    model: Llama, sets: dict[str, np.ndarray], token_bytes: np.ndarray, seq_len: int, batch_size: int
+) -> dict[str, dict[str, float | int]]:
+    """``evaluate_bpb`` on each named set, plus ``overall``: all their nats over all their tokens / bytes."""
+    if not sets:
+        raise ValueError("no bits-per-byte sets to evaluate")
+    if "overall" in sets:
+        raise ValueError("'overall' is the name of the sets' total; give the set another name")
+    results = {
+        name: evaluate_bpb(model, tokens, token_bytes, seq_len, batch_size) for name, tokens in sets.items()
+    }
+    results["overall"] = combine_bpb(list(results.values()))
+    return results
+
+
+def combine_bpb(results: list[dict[str, float | int]]) -> dict[str, float | int]:
+    """Several sets' results as one: their nats over their tokens (loss) and over their bytes."""
+    nats = sum(r["loss"] * r["tokens"] for r in results)
+    tokens = sum(int(r["tokens"]) for r in results)
+    total_bytes = sum(int(r["bytes"]) for r in results)
+    return {
+        "loss": nats / tokens,
+        "bits_per_byte": nats / math.log(2) / total_bytes,
+        "tokens": tokens,
         "bytes": total_bytes,
     }

@@ -1,0 +1,130 @@
+"""A checkpoint's evaluation: bits-per-byte sets and lm-eval tasks, in lm-eval's JSON shape plus ``bpb``.
+
+What the ``eval_results`` assets and ``marin-pipelines eval`` both call, so that a number in the UI and
+one from the command line come from the same code.
+"""
+
+from __future__ import annotations
+
+import math
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from tokenizers import Tokenizer
+
+from marin_pipelines.evals.eval_results import bpb_tokens, evaluate_bpb_sets
+from marin_pipelines.tokenize.tokenizer import TOKENIZER_FILE, load_tokenizer, token_byte_lengths
+from marin_pipelines.train.model import Llama
+
+
+class EvalConfig(BaseModel):
+    """What every checkpoint of an experiment is evaluated on, beside its mixture's validation splits."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    heldout: dict[str, list[str]] = Field(
+        default_factory=dict,
+        description="held-out text sets for bits-per-byte: name -> .txt / .jsonl / .parquet files or folders",
+    )
+    tasks: list[str] = Field(
+        default_factory=list,
+        description="lm-eval task names (the shipped suite, include_paths' or lm-eval's)",
+    )
+    include_paths: list[str] = Field(
+        default_factory=list, description="folders of further lm-eval task YAMLs"
+    )
+    limit: int | None = Field(None, ge=1, description="at most this many documents per task")
+
+    @field_validator("heldout")
+    @classmethod
+    def _named_sets(cls, heldout: dict[str, list[str]]) -> dict[str, list[str]]:
+        for name, paths in heldout.items():
+            if not paths:
+                raise ValueError(f"held-out set {name!r} names no files")
+        return heldout
+
+
+def find_tokenizer(checkpoint_dir: Path) -> Path:
+    """The ``tokenizer.json`` beside a checkpoint: in its directory or the one above."""
+    for folder in (checkpoint_dir, checkpoint_dir.parent):
+        if (folder / TOKENIZER_FILE).is_file():
+            return folder / TOKENIZER_FILE
+    raise FileNotFoundError(f"no {TOKENIZER_FILE} in {checkpoint_dir} or its parent; pass --tokenizer FILE")
+
+
+def evaluate_checkpoint(
+    model: Llama,
+    tokenizer: Tokenizer,
+    bpb_sets: dict[str, list[str]],
+    config: EvalConfig,
+    batch_size: int,
+) -> dict[str, Any]:
+    """``bpb_sets`` (name -> token cache folders, whose validation split is read, or text files) and
+    ``config.heldout`` in bits per byte; ``config.tasks`` through lm-eval. Returns lm-eval's results
+    (``results``, ``configs``, ...; none without tasks) with a ``bpb`` section: per set and overall."""
+    from marin_pipelines.evals.lm_eval_adapter import JaxLM
+    from marin_pipelines.evals.lm_eval_tasks import run_tasks
+
+    sets = {**bpb_sets, **config.heldout}
+    if len(sets) < len(bpb_sets) + len(config.heldout):
+        raise ValueError(f"held-out set names {sorted(config.heldout)} clash with {sorted(bpb_sets)}")
+    seq_len = model.config.seq_len
+    tokens = {name: np.concatenate([bpb_tokens(p, tokenizer) for p in paths]) for name, paths in sets.items()}
+    results: dict[str, Any] = {}
+    if config.tasks:
+        lm = JaxLM(model, tokenizer, batch_size)
+        includes = [Path(p) for p in config.include_paths]
+        with tempfile.TemporaryDirectory() as work_dir:
+            results = run_tasks(lm, config.tasks, includes, Path(work_dir), config.limit)
+    if tokens:
+        results["bpb"] = evaluate_bpb_sets(model, tokens, token_byte_lengths(tokenizer), seq_len, batch_size)
+    return results
+
+
+def scores(results: dict[str, Any]) -> dict[str, float]:
+    """Flat ``{name: number}``: ``bpb/SET`` (bits per byte), ``loss/SET`` and ``TASK/METRIC``."""
+    from marin_pipelines.evals.lm_eval_tasks import task_scores
+
+    flat = {}
+    for name, r in results.get("bpb", {}).items():
+        flat[f"bpb/{name}"] = float(r["bits_per_byte"])
+        flat[f"loss/{name}"] = float(r["loss"])
+    for task, metrics in task_scores(results).items():
+        flat.update({f"{task}/{metric}": value for metric, value in metrics.items()})
+    return flat
+
+
+def missing_tasks(requested: list[str], flat: dict[str, float]) -> list[str]:
+    """Requested tasks without one finite number among ``scores``."""
+    return [
+        t for t in requested if not any(k.startswith(f"{t}/") and math.isfinite(v) for k, v in flat.items())
+    ]
+
+
+def results_table(current: dict[str, float], previous: dict[str, float] | None = None) -> str:
+    """Markdown: each number, and with ``previous`` (another version's scores) the change against it."""
+    if previous is None:
+        rows = [f"| {name} | {value:.4g} |" for name, value in current.items()]
+        return "| metric | value |\n|---|---:|\n" + "\n".join(rows)
+    rows = []
+    for name, value in current.items():
+        before = previous.get(name)
+        change = "new" if before is None else f"{value - before:+.4g}"
+        rows.append(f"| {name} | {value:.4g} | {'' if before is None else f'{before:.4g}'} | {change} |")
+    return "| metric | value | previous | change |\n|---|---:|---:|---:|\n" + "\n".join(rows)
+
+
+def load_for_eval(checkpoint_dir: Path, tokenizer_file: Path | None) -> tuple[Llama, Tokenizer]:
+    """The model of a training directory and its tokenizer (``tokenizer_file`` or the one beside it)."""
+    from marin_pipelines.train.checkpoint import load_checkpoint
+
+    tokenizer = load_tokenizer(tokenizer_file or find_tokenizer(Path(checkpoint_dir)))
+    model, _ = load_checkpoint(Path(checkpoint_dir))
+    if tokenizer.get_vocab_size() > model.config.vocab_size:
+        raise ValueError(
+            f"the tokenizer has {tokenizer.get_vocab_size()} tokens, the model only {model.config.vocab_size}"
+        )
+    return model, tokenizer

@@ -1,0 +1,98 @@
+import json
+
+import numpy as np
+import pytest
+
+from marin_pipelines.cli import main
+from marin_pipelines.evals.lm_eval_tasks import SHIPPED_TASKS_DIR
+from marin_pipelines.tokenize.tokenizer import TOKENIZER_FILE, TokenizerConfig, train_tokenizer
+from marin_pipelines.train.checkpoint import TrainConfig, train
+from marin_pipelines.train.model import LlamaConfig
+
+TEXTS = [line for f in sorted(SHIPPED_TASKS_DIR.glob("*.jsonl")) for line in f.read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    """A training directory with its tokenizer.json beside the checkpoints, trained for a few steps."""
+    directory = tmp_path_factory.mktemp("run")
+    tokenizer = train_tokenizer(TEXTS * 2, TokenizerConfig(vocab_size=300))
+    tokenizer.save(str(directory / TOKENIZER_FILE))
+    model = LlamaConfig(
+        vocab_size=tokenizer.get_vocab_size(),
+        seq_len=32,
+        d_model=32,
+        n_layers=1,
+        n_heads=2,
+        n_kv_heads=1,
+        d_ff=64,
+    )
+    stream = np.asarray(tokenizer.encode(" ".join(TEXTS)).ids, np.int32)
+    config = TrainConfig(steps=4, batch_size=4, warmup_steps=1)
+    train(
+        model,
+        config,
+        lambda step: np.stack([stream[i * 33 : i * 33 + 33] for i in range(4)]),
+        directory,
+        False,
+    )
+    return directory
+
+
+def user_task(folder):
+    """A task of the user's, in its own folder, with its data file named relative to the YAML."""
+    (folder / "data").mkdir(parents=True)
+    (folder / "data" / "colours.jsonl").write_text(
+        '{"q": "The colour of the sky is", "a": " blue"}\n{"q": "Grass is", "a": " green"}\n'
+    )
+    (folder / "colours.yaml").write_text(
+        "task: my_colours\ndataset_path: json\ndataset_kwargs:\n  data_files:\n    test: data/colours.jsonl\n"
+        "output_type: loglikelihood\ntest_split: test\ndoc_to_text: '{{q}}'\ndoc_to_target: '{{a}}'\n"
+        "target_delimiter: ''\nmetric_list:\n  - metric: acc\n"
+    )
+
+
+def test_eval_writes_lm_eval_json_with_a_bpb_section(checkpoint, tmp_path, monkeypatch, capsys):
+    user_task(tmp_path / "my_tasks")
+    text = tmp_path / "notes.txt"
+    text.write_text("Lists hold items in order; dictionaries map keys to values.")
+    monkeypatch.chdir(tmp_path / "my_tasks" / "data")  # relative data_files resolve against the YAML
+    out = tmp_path / "results" / "eval.json"
+    rc = main(
+        ["eval", "--checkpoint", str(checkpoint), "--tasks", "marin_python_mc,my_colours",
+         "--include-path", str(tmp_path / "my_tasks"), "--bpb", str(text), str(SHIPPED_TASKS_DIR / "text.jsonl"),
+         "--out", str(out)]
+    )  # fmt: skip
+    assert rc == 0
+    results = json.loads(out.read_text())
+    assert 0 <= results["results"]["marin_python_mc"]["acc,none"] <= 1
+    assert results["n-samples"]["marin_python_mc"]["effective"] == 16
+    assert results["n-samples"]["my_colours"]["effective"] == 2
+    assert set(results["bpb"]) == {"notes.txt", "text.jsonl", "overall"}
+    notes, docs, overall = (results["bpb"][k] for k in ("notes.txt", "text.jsonl", "overall"))
+    assert notes["bytes"] == len(text.read_bytes()) and notes["bits_per_byte"] > 0
+    assert overall["tokens"] == notes["tokens"] + docs["tokens"]
+    total_bits = notes["bits_per_byte"] * notes["bytes"] + docs["bits_per_byte"] * docs["bytes"]
+    assert overall["bits_per_byte"] == pytest.approx(total_bits / (notes["bytes"] + docs["bytes"]))
+    assert "| marin_python_mc/acc |" in capsys.readouterr().out
+
+
+def test_eval_errors_name_the_problem(checkpoint, tmp_path, capsys):
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    (bare / "model.json").write_text((checkpoint / "model.json").read_text())
+    assert (
+        main(["eval", "--checkpoint", str(bare), "--bpb", str(bare), "--out", str(tmp_path / "x.json")]) == 2
+    )
+    assert "pass --tokenizer" in capsys.readouterr().err
+    args = [
+        "eval",
+        "--checkpoint",
+        str(checkpoint),
+        "--tasks",
+        "no_such_task",
+        "--out",
+        str(tmp_path / "x.json"),
+    ]
+    assert main(args) == 2
+    assert "unknown lm-eval tasks ['no_such_task']" in capsys.readouterr().err
