@@ -50,6 +50,13 @@ def experiment_summary(experiment: Experiment, store_root: str, run: ExperimentR
         f"{ckpt['initial_loss']:.3f} -> {ckpt['final_loss']:.3f}"
     )
     lines.append(f"eval: validation loss {evals['loss']:.3f}, bits-per-byte {evals['bits_per_byte']:.3f}")
+    tasks = [
+        f"{name} {value:.3f}"
+        for name, value in evals["scores"].items()
+        if not name.startswith(("bpb/", "loss/"))
+    ]
+    if tasks:
+        lines.append(f"eval tasks: {', '.join(tasks)}")
     law = get("scaling_law").metadata
     lines.append("scaling ladder (validation loss):")
     for r in law["runs"]:

@@ -18,6 +18,7 @@ TINY = dict(
     model={"size": "nano", "seq_len": 32},
     train={"steps": 30, "batch_size": 8, "warmup_steps": 3, "log_every": 5},
     eval_batch_size=8,
+    evals={"tasks": ["marin_python_mc", "marin_python_qa"]},
     ladder={"sizes": ["nano", "micro"], "budgets": [3e9, 1e10], "batch_size": 8},
 )
 LADDER_RUNS = 4
@@ -56,6 +57,9 @@ def test_stages_do_their_real_job(graph):
     ckpt = meta["tiny/checkpoint"]
     assert ckpt["final_loss"] < ckpt["initial_loss"] - 0.5
     assert 0 < meta["tiny/eval_results"]["bits_per_byte"] < 10
+    scores = meta["tiny/eval_results"]["scores"]
+    assert 0 <= scores["marin_python_mc/acc"] <= 1 and 0 <= scores["marin_python_qa/exact_match"] <= 1
+    assert scores["bpb/main"] == meta["tiny/eval_results"]["bits_per_byte"]
     law = meta["tiny/scaling_law"]
     assert law["n_runs"] == LADDER_RUNS and len(law["runs"]) == LADDER_RUNS
     assert "data:image/png;base64," in ckpt["loss_curve"] and "data:image/png;base64," in law["scaling_law"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 
+from marin_pipelines.evals.lm_eval_tasks import SHIPPED_TASKS
 from marin_pipelines.experiment import Experiment
 
 
@@ -32,4 +33,5 @@ def demo(warc_root: str | None = None) -> Experiment:
             "target_budget": 4e12,
         },
         speedrun=["nano_baseline", "nano_hot", "shallow_wide"],
+        evals={"tasks": list(SHIPPED_TASKS)},  # the shipped lm-eval suite: seconds per checkpoint on a CPU
     )

@@ -58,10 +58,10 @@ def test_eval_writes_lm_eval_json_with_a_bpb_section(checkpoint, tmp_path, monke
     text.write_text("Lists hold items in order; dictionaries map keys to values.")
     monkeypatch.chdir(tmp_path / "my_tasks" / "data")  # relative data_files resolve against the YAML
     out = tmp_path / "results" / "eval.json"
+    docs = SHIPPED_TASKS_DIR / "text.jsonl"
     rc = main(
         ["eval", "--checkpoint", str(checkpoint), "--tasks", "marin_python_mc,my_colours",
-         "--include-path", str(tmp_path / "my_tasks"), "--bpb", str(text), str(SHIPPED_TASKS_DIR / "text.jsonl"),
-         "--out", str(out)]
+         "--include-path", str(tmp_path / "my_tasks"), "--bpb", str(text), str(docs), "--out", str(out)]
     )  # fmt: skip
     assert rc == 0
     results = json.loads(out.read_text())

@@ -6,7 +6,13 @@ import pytest
 from flax import nnx
 from lm_eval.api.instance import Instance
 
-from marin_pipelines.evals.checkpoint_eval import EvalConfig, evaluate_checkpoint, missing_tasks, scores
+from marin_pipelines.evals.checkpoint_eval import (
+    EvalConfig,
+    evaluate_checkpoint,
+    missing_tasks,
+    results_table,
+    scores,
+)
 from marin_pipelines.evals.lm_eval_adapter import JaxLM
 from marin_pipelines.evals.lm_eval_tasks import SHIPPED_TASKS, SHIPPED_TASKS_DIR, run_tasks, task_scores
 from marin_pipelines.tokenize.tokenizer import EOS, TokenizerConfig, train_tokenizer
@@ -194,3 +200,9 @@ def test_a_task_without_a_number_is_reported_missing():
     assert flat == {"a/acc": 0.5}
     assert missing_tasks(["a", "b", "c"], flat) == ["b", "c"]
     assert missing_tasks(["a"], {"a/acc": float("nan")}) == ["a"]
+
+
+def test_results_table_shows_the_change_against_the_previous_version():
+    table = results_table({"bpb/main": 1.25, "marin_python_mc/acc": 0.5}, {"bpb/main": 1.5})
+    assert "| bpb/main | 1.25 | 1.5 | -0.25 |" in table
+    assert "| marin_python_mc/acc | 0.5 |  | new |" in table
