@@ -74,5 +74,6 @@ def experiment_summary(experiment: Experiment, store_root: str, run: ExperimentR
         lines.append(f"speedrun: {board['runs']} runs, `marin-pipelines leaderboard` prints the table")
     failed = run.failed_checks
     passed = len(run.checks) - len(failed)
-    lines.append(f"asset checks: {passed} passed" + (f", FAILED: {failed}" if failed else ""))
+    lines.append(f"asset checks: {passed} passed")
+    lines += [f"  {'FAILED' if c.blocking else 'WARNING'}: {c} did not pass" for c in failed]
     return "\n".join(lines)

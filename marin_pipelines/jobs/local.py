@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from dagster import AssetSelection, DagsterInstance, ExecuteInProcessResult, materialize
+from dagster import AssetCheckSeverity, AssetSelection, DagsterInstance, ExecuteInProcessResult, materialize
 
 from marin_pipelines.assets import experiment_assets
 from marin_pipelines.assets.crawl import snapshot_partitions
@@ -43,6 +43,10 @@ class CheckOutcome:
     asset: str
     check: str
     passed: bool
+    blocking: bool = True  # False for WARN-severity checks: a result to report, not a broken pipeline
+
+    def __str__(self) -> str:
+        return f"{self.asset}:{self.check}"
 
 
 @dataclass
@@ -55,12 +59,13 @@ class ExperimentRun:
         return sum(m.reused for m in self.materialized)
 
     @property
-    def failed_checks(self) -> list[str]:
-        return [f"{c.asset}:{c.check}" for c in self.checks if not c.passed]
+    def failed_checks(self) -> list[CheckOutcome]:
+        return [c for c in self.checks if not c.passed]
 
     @property
     def checks_passed(self) -> bool:
-        return not self.failed_checks
+        """No blocking check failed (a missed preregistered prediction warns, it does not fail)."""
+        return not any(c.blocking for c in self.failed_checks)
 
 
 def materialize_experiment(
@@ -99,7 +104,9 @@ def materialize_experiment(
         )
         report.materialized += _materialized(result)
         report.checks += [
-            CheckOutcome(e.asset_key.to_user_string(), e.check_name, e.passed)
+            CheckOutcome(
+                e.asset_key.to_user_string(), e.check_name, e.passed, e.severity != AssetCheckSeverity.WARN
+            )
             for e in result.get_asset_check_evaluations()
         ]
     return report
