@@ -14,21 +14,14 @@ its defaults (text output, title not included). Language identification is not i
 trafilatura is a reference here only (the dev extra installs it); the pipeline does not use it.
 """
 
-# ruff: noqa: E402 - the path fix below must run before the other imports
-
 from __future__ import annotations
-
-import os
-import sys
-
-# Run as a script, this folder comes first on sys.path, and bench/tokenize.py would shadow `tokenize`.
-sys.path = [p for p in sys.path if os.path.abspath(p or ".") != os.path.dirname(os.path.abspath(__file__))]
 
 import argparse
 import gzip
 import importlib.metadata
 import importlib.util
 import json
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path

@@ -17,21 +17,14 @@ medians give documents/s (pages in the WARC per second) and the ratio.
     .venv/bin/python bench/text_pipeline.py --workers 2 --repeats 3
 """
 
-# ruff: noqa: E402 - the path fix below must run before the other imports
-
 from __future__ import annotations
-
-import os
-import sys
-
-# Run as a script, this folder comes first on sys.path, and bench/tokenize.py would shadow `tokenize`.
-sys.path = [p for p in sys.path if os.path.abspath(p or ".") != os.path.dirname(os.path.abspath(__file__))]
 
 import argparse
 import gzip
 import logging
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator

@@ -2,8 +2,7 @@
 
 MFU = tokens/s x FLOPs per token (Levanter's accounting) / peak FLOP/s. The peak is measured here,
 right before each model, as the best matmul throughput of this host (the CPU is shared, so a peak
-from another moment would not compare). Run: ``.venv/bin/python -P bench/train.py`` (``-P`` keeps
-bench/tokenize.py from shadowing the standard library's tokenize).
+from another moment would not compare). Run: ``.venv/bin/python bench/train.py``.
 """
 
 from __future__ import annotations

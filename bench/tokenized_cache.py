@@ -7,7 +7,7 @@ Prints, for real web pages from ../shared/data repeated to ``--mb`` megabytes:
 - the loader: batches per second at the demo's shape (16 x 128) and the latency of a seek to a random step.
 Each timing is the median of ``--repeats`` runs; ratios compare medians.
 
-    .venv/bin/python bench/tokenize.py --mb 8 --repeats 3
+    .venv/bin/python bench/tokenized_cache.py --mb 8 --repeats 3
 """
 
 # ruff: noqa: E402 - the path fix below must run before the other imports
