@@ -48,14 +48,16 @@ def progress_to_stderr() -> Iterator[None]:
     package = logging.getLogger("marin_pipelines")
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(message)s"))
-    level = package.level
+    level, propagate = package.level, package.propagate
     package.addHandler(handler)
     package.setLevel(logging.INFO)
+    package.propagate = False  # some libraries configure the root logger on import: print once
     try:
         yield
     finally:
         package.removeHandler(handler)
         package.setLevel(level)
+        package.propagate = propagate
 
 
 def _root_cause(error: BaseException) -> BaseException:
