@@ -158,7 +158,8 @@ class Experiment(BaseModel):
         for name, stage in STAGES.items():
             if name == "quality_scores":
                 stages["quality_labels"] = QUALITY_LABELS
-                stage = replace(stage, deps=(*stage.deps, "quality_labels"), config=(*stage.config, "datashop"))
+                deps, config = (*stage.deps, "quality_labels"), (*stage.config, "datashop")
+                stage = replace(stage, deps=deps, config=config)
             stages[name] = stage
         return stages
 

@@ -99,7 +99,7 @@ class ChatServer:
                 if kind == "slow" and attempt == 1:
                     time.sleep(server.slow_s)
                 if kind == "busy":
-                    time.sleep(0.2)
+                    time.sleep(0.5)  # long enough to overlap however loaded the machine is
                 content = "I would rather not say." if kind == "garbage" else f"Score: {len(doc) % 6}"
                 answer = {"choices": [{"message": {"role": "assistant", "content": content}}]}
                 self._send(200, json.dumps(answer).encode())
