@@ -7,6 +7,7 @@ import logging
 import os
 import sys
 import time
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -45,6 +46,8 @@ def run_demo(warc_root: str | None, store_root: str | None) -> int:
 @contextmanager
 def progress_to_stderr() -> Iterator[None]:
     """Show the stages' progress lines on the terminal for this run only (not a global logging setup)."""
+    from dagster import BetaWarning, PreviewWarning
+
     package = logging.getLogger("marin_pipelines")
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(message)s"))
@@ -53,7 +56,10 @@ def progress_to_stderr() -> Iterator[None]:
     package.setLevel(logging.INFO)
     package.propagate = False  # some libraries configure the root logger on import: print once
     try:
-        yield
+        with warnings.catch_warnings():  # Dagster's notes on its preview APIs are for us, not the user
+            warnings.simplefilter("ignore", PreviewWarning)
+            warnings.simplefilter("ignore", BetaWarning)
+            yield
     finally:
         package.removeHandler(handler)
         package.setLevel(level)
