@@ -2,15 +2,11 @@
 
 import pyarrow.parquet as pq
 import pytest
-from dagster import AssetSelection, DagsterInstance, materialize
+from dagster import DagsterInstance
 
-from marin_pipelines.assets import experiment_assets
-from marin_pipelines.assets.crawl import snapshot_partitions
 from marin_pipelines.experiment import STAGES, Experiment
 from marin_pipelines.experiments.datashop import datashop
-from marin_pipelines.jobs import snapshot_selection
-from marin_pipelines.jobs.local import QUIET, _materialized
-from marin_pipelines.resources import default_resources
+from marin_pipelines.jobs.local import materialize_experiment
 from marin_pipelines.store import ArtifactStore
 
 TINY_CRAWL = {"demo": {"pydoc_modules": ["json", "heapq", "bisect", "textwrap", "shlex"], "n_files": 2}}
@@ -32,27 +28,9 @@ def materialize_data_part(
     through: str = "curated_text",
 ) -> dict[str, dict]:
     """Each crawl snapshot to deduplicated_text, then corpus stages up to ``through``; metadata by stage."""
-    assets, resources = experiment_assets(experiment), resources or default_resources(root)
-    partitions = snapshot_partitions(experiment).name
-    known = set(instance.get_dynamic_partitions(partitions))
-    instance.add_dynamic_partitions(partitions, [s for s in experiment.snapshots if s not in known])
-    corpus = AssetSelection.assets([experiment.name, through]).upstream() - snapshot_selection(experiment)
-    runs = [(snapshot_selection(experiment), snapshot) for snapshot in experiment.snapshots] + [
-        (corpus, None)
-    ]
-    metadata = {}
-    for selection, partition in runs:
-        result = materialize(
-            assets,
-            selection=selection,
-            partition_key=partition,
-            instance=instance,
-            resources=resources,
-            run_config=QUIET,
-        )
-        assert all(e.passed for e in result.get_asset_check_evaluations())
-        metadata.update({m.asset.split("/")[1]: m.metadata for m in _materialized(result)})
-    return metadata
+    run = materialize_experiment(experiment, root, instance, through=through, resources=resources)
+    assert not run.failed_checks
+    return {m.asset.split("/")[1]: m.metadata for m in run.materialized}
 
 
 @pytest.fixture(scope="module")

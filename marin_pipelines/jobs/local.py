@@ -6,6 +6,7 @@ This is what `make demo` and the end-to-end tests run; the UI runs the same asse
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from dagster import AssetCheckSeverity, AssetSelection, DagsterInstance, ExecuteInProcessResult, materialize
 
@@ -72,26 +73,33 @@ def materialize_experiment(
     experiment: Experiment,
     store_root: str | None = None,
     instance: DagsterInstance | None = None,
+    through: str | None = None,
+    resources: dict[str, Any] | None = None,
 ) -> ExperimentRun:
     """Run each crawl snapshot in order, the pipeline, each ladder partition, the preregistered
     prediction, the main run it predicts, then the scaling law.
 
     Stops at the first failure. The snapshots become dynamic partitions of ``instance``, which every
-    run shares (an ephemeral one by default), as the sensor adds them in the UI.
+    run shares (an ephemeral one by default), as the sensor adds them in the UI. With ``through``,
+    only the snapshots and then the corpus stages up to that stage run.
     """
     assets = experiment_assets(experiment)
-    resources = default_resources(store_root)
+    resources = resources or default_resources(store_root)
     instance = instance or DagsterInstance.ephemeral()
     snapshots = experiment.snapshots
     partitions = snapshot_partitions(experiment).name
     known = set(instance.get_dynamic_partitions(partitions))
     instance.add_dynamic_partitions(partitions, [s for s in snapshots if s not in known])
     runs: list[tuple[AssetSelection, str | None]] = [(snapshot_selection(experiment), s) for s in snapshots]
-    runs.append((pipeline_selection(experiment), None))
-    runs += [
-        (ladder_selection(experiment), key) for key in ladder_partitions(experiment).get_partition_keys()
-    ]
-    runs += [(stages_selection(experiment, *stages), None) for stages in PREREGISTERED_ORDER]
+    if through is not None:
+        upstream = AssetSelection.assets([experiment.name, through]).upstream()
+        runs.append((upstream - snapshot_selection(experiment), None))
+    else:
+        runs.append((pipeline_selection(experiment), None))
+        runs += [
+            (ladder_selection(experiment), key) for key in ladder_partitions(experiment).get_partition_keys()
+        ]
+        runs += [(stages_selection(experiment, *stages), None) for stages in PREREGISTERED_ORDER]
     report = ExperimentRun()
     for selection, partition in runs:
         result = materialize(
