@@ -61,6 +61,12 @@ def prediction_error(prediction: dict[str, Any], actual: float) -> dict[str, Any
     }
 
 
+def fit_metadata(fitted: dict[str, Any]) -> dict[str, Any]:
+    """What the prediction and the law both show of a fit: its parameters, method, formula and size."""
+    keys = ("method", "formula", "n_runs")
+    return {**fitted["law"], **{key: fitted[key] for key in keys}}
+
+
 def scaling_assets(experiment: Experiment) -> list[AssetsDefinition]:
     ladder = experiment.ladder
 
@@ -89,11 +95,9 @@ def scaling_assets(experiment: Experiment) -> list[AssetsDefinition]:
         (out.path / PREDICTION).write_text(
             json.dumps({"fit": fitted, "runs": runs, "target": target}, indent=2)
         )
-        out.metadata.update(fitted["law"])
+        out.metadata.update(fit_metadata(fitted))
         out.metadata.update(
-            method=fitted["method"],
             method_reason=fitted["reason"],
-            formula=fitted["formula"],
             intervals=fitted["intervals"],
             isoflops=fitted["isoflops"],
             runs=runs,
@@ -125,11 +129,8 @@ def scaling_assets(experiment: Experiment) -> list[AssetsDefinition]:
         plot_scaling_law(record["runs"], law, out.path / PLOT, predictions=[{**target, "actual": actual}])
         main_run = {**target, **prediction_error(target, actual)}
         (out.path / "scaling_law.json").write_text(json.dumps({**record, "main_run": main_run}, indent=2))
-        out.metadata.update(fitted["law"])
+        out.metadata.update(fit_metadata(fitted))
         out.metadata.update(
-            method=fitted["method"],
-            formula=fitted["formula"],
-            n_runs=fitted["n_runs"],
             runs=record["runs"],
             main_run=main_run,
             plots={"scaling_law": PLOT},
