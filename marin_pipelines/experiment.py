@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from marin_pipelines.crawl.demo_crawl import DemoCrawlConfig
 from marin_pipelines.crawl.snapshots import crawl_fingerprint, crawl_snapshots
 from marin_pipelines.crawl.web_documents import WebDocumentsConfig
-from marin_pipelines.evals.checkpoint_eval import EvalConfig
+from marin_pipelines.evals.checkpoint_eval import EvalConfig, heldout_fingerprint
 from marin_pipelines.quality.annotation import DatashopConfig
 from marin_pipelines.quality.curated_text import CurationConfig
 from marin_pipelines.quality.quality_scores import QualityConfig
@@ -178,6 +178,7 @@ class Experiment(BaseModel):
         recomputes nothing already done; the first stages that read every snapshot do.
         """
         out: dict[str, str] = {}
+        heldout = heldout_fingerprint(self.evals.heldout)  # by content: a set edited in place re-evaluates
         for name, stage in self.stages.items():  # insertion order is topological
             payload = {
                 "stage": name,
@@ -187,6 +188,8 @@ class Experiment(BaseModel):
             }
             if name == "crawl":
                 payload["input"] = crawl_input
+            if "evals" in stage.config and heldout:
+                payload["heldout"] = heldout
             if not stage.per_snapshot and any(self.stages[dep].per_snapshot for dep in stage.deps):
                 payload["snapshots"] = snapshots
             out[name] = version_hash(payload)

@@ -6,11 +6,13 @@ one from the command line come from the same code.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import tempfile
 from pathlib import Path
 from typing import Any
 
+import fsspec
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from tokenizers import Tokenizer
@@ -45,6 +47,38 @@ class EvalConfig(BaseModel):
             if not paths:
                 raise ValueError(f"held-out set {name!r} names no files")
         return heldout
+
+
+def heldout_fingerprint(heldout: dict[str, list[str]]) -> dict[str, Any]:
+    """A content hash of every file of each held-out set, so that editing a set in place re-evaluates.
+
+    Object stores' own content hashes (GCS crc32c / md5, S3 ETag) are used where ``fs.info`` has one, so
+    a ``gs://`` set is not downloaded to be versioned; local files are hashed (sha256). A path that does
+    not exist is recorded as missing: the evaluation raises the clear error when it runs.
+    """
+    out: dict[str, Any] = {}
+    for name, paths in heldout.items():
+        out[name] = {}
+        for path in paths:
+            fs, root = fsspec.core.url_to_fs(path)
+            if not fs.exists(root):
+                out[name][path] = "missing"
+                continue
+            files = sorted(fs.find(root)) if fs.isdir(root) else [root]
+            out[name][path] = {file.removeprefix(root): _content_hash(fs, file) for file in files}
+    return out
+
+
+def _content_hash(fs: fsspec.AbstractFileSystem, path: str) -> str:
+    info = fs.info(path)
+    for key in ("crc32c", "md5Hash", "ETag"):
+        if info.get(key):
+            return f"{key}:{info[key]}"
+    digest = hashlib.sha256()
+    with fs.open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return f"sha256:{digest.hexdigest()}"
 
 
 def find_tokenizer(checkpoint_dir: Path) -> Path:
