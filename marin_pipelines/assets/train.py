@@ -20,6 +20,7 @@ from dagster import (
 from marin_pipelines.assets.stage import stage_asset
 from marin_pipelines.experiment import Experiment
 from marin_pipelines.resources.launcher import LauncherResource
+from marin_pipelines.scaling.scaling_law import budget_key
 from marin_pipelines.store import Artifact, PendingArtifact
 from marin_pipelines.tokenize.data_mixture import MixtureConfig
 from marin_pipelines.train.checkpoint import LOSS_CURVE_FILE, TRAIN_FILE, TrainConfig
@@ -27,10 +28,6 @@ from marin_pipelines.train.model import LlamaConfig
 from marin_pipelines.train.run_config import RunConfig
 
 RUN_CONFIG_FILE = "run.yaml"
-
-
-def budget_key(budget: float) -> str:
-    return f"{budget:.0e}".replace("+", "")
 
 
 def ladder_partitions(experiment: Experiment) -> MultiPartitionsDefinition:

@@ -33,6 +33,11 @@ def ladder_steps(budget_flops: float, flops_per_token: float, tokens_per_step: i
     return max(1, round(budget_flops / flops_per_token / tokens_per_step))
 
 
+def budget_key(budget_flops: float) -> str:
+    """A budget's name in partition keys and run names: three significant figures, e.g. ``1.5e11``."""
+    return f"{budget_flops:.3g}".replace("+", "")
+
+
 class LadderRun(BaseModel):
     """One rung: a model size trained for one FLOP budget."""
 
@@ -46,7 +51,7 @@ class LadderRun(BaseModel):
     @property
     def name(self) -> str:
         """Partition-friendly key, e.g. ``nano-1e12``."""
-        return f"{self.size}-{self.budget_flops:.3g}".replace("+", "")
+        return f"{self.size}-{budget_key(self.budget_flops)}"
 
 
 class LadderConfig(BaseModel):
@@ -102,6 +107,9 @@ class LadderConfig(BaseModel):
     def _positive_budgets(cls, budgets: list[float]) -> list[float]:
         if any(not (b > 0 and math.isfinite(b)) for b in budgets):
             raise ValueError(f"budgets must be positive and finite, got {budgets}")
+        keys = [budget_key(b) for b in budgets]
+        if len(set(keys)) < len(keys):
+            raise ValueError(f"budgets must differ in their first 3 significant figures, got {keys}")
         return budgets
 
     def learning_rate_for(self, model: LlamaConfig) -> float:

@@ -7,6 +7,7 @@ from pydantic import ValidationError
 from marin_pipelines.scaling.scaling_law import (
     LadderConfig,
     ScalingLaw,
+    budget_key,
     fit_scaling_law,
     ladder_steps,
     plot_scaling_law,
@@ -40,6 +41,13 @@ def test_ladder_steps_spend_the_budget():
     assert ladder_steps(1.0, 1e6, 2048) == 1
     with pytest.raises(ValueError, match="budget_flops"):
         ladder_steps(0, 1e6, 2048)
+
+
+def test_budget_keys_keep_three_significant_figures():
+    assert [budget_key(b) for b in (5e10, 1.5e11, 2e11, 4e12)] == ["5e10", "1.5e11", "2e11", "4e12"]
+    LadderConfig(budgets=[1.5e11, 2e11])  # one significant figure would name both "2e11"
+    with pytest.raises(ValidationError, match="3 significant figures"):
+        LadderConfig(budgets=[1e11, 1.0001e11])
 
 
 def test_ladder_plan_covers_sizes_times_budgets():
