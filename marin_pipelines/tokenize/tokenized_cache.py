@@ -10,6 +10,7 @@ Layout of a cache directory::
 One input chunk (see ``text_sources``) makes one shard per split, so the concatenated stream does not
 depend on how many workers built it. A document's split is a hash of its id: the same document stays
 on the same side when the corpus grows or is re-processed, so validation text is never trained on.
+A build of two or more documents always has a validation document (see ``_ensure_validation``).
 
 Resumption: each chunk's shards are written into a work folder, renamed into place, then a
 ``{chunk}.json`` record is written last; a rerun (after a kill) keeps every chunk with a record and
@@ -25,10 +26,10 @@ import multiprocessing
 import os
 import shutil
 from collections.abc import Iterator
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from functools import cached_property, lru_cache
-from itertools import chain, islice
+from itertools import chain
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +38,7 @@ import numpy as np
 import xxhash
 from fsspec.implementations.local import LocalFileSystem
 from pydantic import BaseModel, ConfigDict, Field
-from tokenizers import Tokenizer
+from tokenizers import Encoding, Tokenizer
 
 from marin_pipelines.store import version_hash
 from marin_pipelines.tokenize.text_sources import TextChunk, read_chunk, text_chunks
@@ -47,7 +48,9 @@ log = logging.getLogger(__name__)
 SPLITS = ("train", "validation")
 INFO_FILE = "cache.json"
 WORK_FILE = "build.json"
-ENCODE_BATCH = 512  # documents per encode_batch_fast call: enough for the tokenizer's threads
+RECORD_FORMAT = 2  # of the chunk records in the work folder; part of the build's fingerprint
+ENCODE_CHARS = 1 << 18  # text per encode_batch_fast call: enough for the tokenizer's threads, and small
+# enough that the last batch of a chunk, whose writing overlaps no encoding, is a small share of it
 
 
 class CacheConfig(BaseModel):
@@ -114,7 +117,9 @@ def build_cache(
     vocab_size = tokenizer.get_vocab_size(with_added_tokens=True)
     chunks = text_chunks(inputs)
     tokenizer_json = tokenizer.to_str()
-    fingerprint = version_hash([tokenizer_json, config.model_dump(), [asdict(c) for c in chunks]])
+    fingerprint = version_hash(
+        [RECORD_FORMAT, tokenizer_json, config.model_dump(), [asdict(c) for c in chunks]]
+    )
     _prepare_work_dir(work_dir, fingerprint)
     jobs = [
         _Job(c, i, tokenizer_json, str(work_dir), token_dtype(vocab_size).name, eos_id, **config.model_dump())
@@ -180,27 +185,68 @@ def _tokenizer(tokenizer_json: str) -> Tokenizer:
     return tokenizer
 
 
+def _batches(docs: Iterator[tuple[str, str]]) -> Iterator[list[tuple[str, str]]]:
+    """Documents in batches of at least ENCODE_CHARS characters (the last one may be smaller)."""
+    batch: list[tuple[str, str]] = []
+    chars = 0
+    for doc in docs:
+        batch.append(doc)
+        chars += len(doc[1])
+        if chars >= ENCODE_CHARS:
+            yield batch
+            batch, chars = [], 0
+    if batch:
+        yield batch
+
+
+def _encoded(
+    tokenizer: Tokenizer, docs: Iterator[tuple[str, str]]
+) -> Iterator[tuple[list[tuple[str, str]], list[Encoding]]]:
+    """Batches of documents with their encodings. The next batch is encoded in a thread while the caller
+    writes this one (the tokenizer releases the GIL), so the writing costs little beyond the encoding;
+    at most two batches are in memory."""
+    with ThreadPoolExecutor(1) as pool:
+        pending = None
+        for batch in _batches(docs):
+            texts = [text for _, text in batch]
+            submitted = batch, pool.submit(tokenizer.encode_batch_fast, texts, add_special_tokens=False)
+            if pending:
+                yield pending[0], pending[1].result()
+            pending = submitted
+        if pending:
+            yield pending[0], pending[1].result()
+
+
 def _encode_chunk(job: _Job) -> dict[str, Any]:
-    """Encode one chunk into its shards in the work folder; the record is written last."""
+    """Encode one chunk into its shards in the work folder; the record is written last. The record keeps
+    the chunk's document with the smallest split key, for ``_ensure_validation``."""
     tokenizer = _tokenizer(job.tokenizer_json)
     dtype = np.dtype(job.dtype)
     work = Path(job.work_dir)
     counts = {split: {"documents": 0, "tokens": 0, "text_bytes": 0} for split in SPLITS}
+    lowest: dict[str, Any] | None = None  # key, position in the chunk and text bytes of that document
+    position = 0
     files = {split: (work / split / f".{job.index:05d}.tmp-{os.getpid()}") for split in SPLITS}
     with files["train"].open("wb") as train_file, files["validation"].open("wb") as val_file:
         outs = {"train": train_file, "validation": val_file}
         ends: dict[str, list[np.ndarray]] = {split: [] for split in SPLITS}
-        docs = read_chunk(job.chunk)
-        while batch := list(islice(docs, ENCODE_BATCH)):
-            texts = [text for _, text in batch]
-            ids = [encoding.ids for encoding in tokenizer.encode_batch_fast(texts, add_special_tokens=False)]
-            lengths = np.fromiter(map(len, ids), np.int64, len(ids)) + 1  # + EOS
-            tokens = np.full(int(lengths.sum()), job.eos_id, dtype)
-            is_text = np.ones(len(tokens), bool)
-            is_text[np.cumsum(lengths) - 1] = False
-            tokens[is_text] = np.fromiter(chain.from_iterable(ids), dtype, len(tokens) - len(ids))
-            text_bytes = np.fromiter((len(t.encode("utf-8")) for t in texts), np.int64, len(texts))
-            to_val = np.array([split_key(doc_id, job.seed) < job.validation_fraction for doc_id, _ in batch])
+        for batch, encodings in _encoded(tokenizer, read_chunk(job.chunk)):
+            ids = [encoding.ids for encoding in encodings]
+            for doc in ids:
+                doc.append(job.eos_id)
+            lengths = np.fromiter(map(len, ids), np.int64, len(ids))
+            tokens = np.fromiter(chain.from_iterable(ids), dtype, int(lengths.sum()))
+            text_bytes = np.fromiter((len(text.encode("utf-8")) for _, text in batch), np.int64, len(batch))
+            keys = np.fromiter((split_key(doc_id, job.seed) for doc_id, _ in batch), np.float64, len(batch))
+            first = int(keys.argmin())
+            if lowest is None or keys[first] < lowest["key"]:
+                lowest = {
+                    "key": float(keys[first]),
+                    "document": position + first,
+                    "text_bytes": int(text_bytes[first]),
+                }
+            position += len(batch)
+            to_val = keys < job.validation_fraction
             for split, chosen in (("train", ~to_val), ("validation", to_val)):
                 if not chosen.any():
                     continue
@@ -218,7 +264,7 @@ def _encode_chunk(job: _Job) -> dict[str, Any]:
             _write_atomic(final.with_suffix(".ends"), np.concatenate(ends[split]).tobytes())
         else:
             files[split].unlink()
-    record = {"index": job.index, "chunk": asdict(job.chunk), **counts}
+    record = {"index": job.index, "chunk": asdict(job.chunk), **counts, "lowest": lowest}
     _write_atomic(work / f"{job.index:05d}.json", json.dumps(record).encode())
     return record
 
@@ -232,21 +278,23 @@ def _assemble(
     eos_id: int,
 ) -> dict[str, Any]:
     """Move the chunks' shards into ``out_dir`` (hard links when possible) and return the ledger."""
-    splits: dict[str, Any] = {}
     for split in SPLITS:
         (out_dir / split).mkdir()
+    rewritten = _ensure_validation(records, work_dir, out_dir, token_dtype(vocab_size))
+    splits: dict[str, Any] = {}
+    for split in SPLITS:
         shards = []
         for index in sorted(records):
             counts = records[index][split]
             if not counts["documents"]:
                 continue
-            for suffix in (".bin", ".ends"):
-                name = f"{split}/{index:05d}{suffix}"
+            name = f"{split}/{index:05d}"
+            for file in (f"{name}.bin", f"{name}.ends") if index != rewritten else ():
                 try:
-                    os.link(work_dir / name, out_dir / name)
+                    os.link(work_dir / file, out_dir / file)
                 except OSError:  # another filesystem
-                    shutil.copyfile(work_dir / name, out_dir / name)
-            shards.append({"name": f"{split}/{index:05d}", **counts})
+                    shutil.copyfile(work_dir / file, out_dir / file)
+            shards.append({"name": name, **counts})
         totals = {key: sum(s[key] for s in shards) for key in ("documents", "tokens", "text_bytes")}
         splits[split] = {**totals, "shards": shards}
     if not splits["train"]["documents"] + splits["validation"]["documents"]:
@@ -258,6 +306,38 @@ def _assemble(
         "splits": splits,
         "config": config.model_dump(),
     }
+
+
+def _ensure_validation(
+    records: dict[int, dict[str, Any]], work_dir: Path, out_dir: Path, dtype: np.dtype
+) -> int | None:
+    """When the hash split left validation empty, move one document there, so that evals have held-out
+    text; return the chunk whose shards this wrote into ``out_dir`` (its ``records`` entry is updated).
+
+    The document moved has the smallest split key of the build: the one the hash rule would move first if
+    validation_fraction grew, so validation stays "the documents with the smallest keys", a choice that
+    depends on the document ids only, not on chunks or workers. A single document stays in train.
+    """
+    documents = sum(r[split]["documents"] for r in records.values() for split in SPLITS)
+    if documents < 2 or any(r["validation"]["documents"] for r in records.values()):
+        return None
+    index = min((i for i in records if records[i]["lowest"]), key=lambda i: (records[i]["lowest"]["key"], i))
+    record, lowest = records[index], records[index]["lowest"]
+    stem, doc = f"{index:05d}", lowest["document"]
+    tokens = np.fromfile(work_dir / "train" / f"{stem}.bin", dtype)
+    ends = np.fromfile(work_dir / "train" / f"{stem}.ends", np.uint64)
+    start, stop = (int(ends[doc - 1]) if doc else 0), int(ends[doc])
+    (out_dir / "validation" / f"{stem}.bin").write_bytes(tokens[start:stop].tobytes())
+    (out_dir / "validation" / f"{stem}.ends").write_bytes(np.array([stop - start], np.uint64).tobytes())
+    rest_ends = np.delete(ends, doc)
+    rest_ends[doc:] -= np.uint64(stop - start)
+    if len(rest_ends):
+        (out_dir / "train" / f"{stem}.bin").write_bytes(np.delete(tokens, slice(start, stop)).tobytes())
+        (out_dir / "train" / f"{stem}.ends").write_bytes(rest_ends.tobytes())
+    moved = {"documents": 1, "tokens": stop - start, "text_bytes": lowest["text_bytes"]}
+    record["validation"] = moved
+    record["train"] = {key: record["train"][key] - moved[key] for key in moved}
+    return index
 
 
 class TokenSplit:

@@ -98,13 +98,42 @@ def test_workers_do_not_change_the_bytes(
     assert tree(tmp_path / "one") == tree(tmp_path / "two")
 
 
+@pytest.mark.parametrize("files", [3, 9])  # the moved document in the middle of a shard, or alone in one
+def test_a_small_build_always_has_a_validation_document(
+    tokenizer: Tokenizer, tmp_path: Path, make_docs, write_parquet, files: int
+) -> None:
+    """At 1% the hash split puts none of these 9 documents in validation; the one with the smallest key
+    (doc-1) moves there, the same whatever the number of workers."""
+    docs = make_docs(9)
+    keys = [split_key(d["id"], 0) for d in docs]
+    assert min(keys) > 0.01 and int(np.argmin(keys)) == 1
+    inputs = write_parquet(docs, tmp_path / "in", files)
+    info = build([inputs], tokenizer, tmp_path / "one", validation_fraction=0.01)
+    build([inputs], tokenizer, tmp_path / "two", workers=2, validation_fraction=0.01)
+    assert tree(tmp_path / "one") == tree(tmp_path / "two")
+    cache = TokenCache(tmp_path / "one")
+    assert decoded(tokenizer, cache.validation) == [docs[1]["text"]]
+    assert decoded(tokenizer, cache.train) == [d["text"] for d in docs[:1] + docs[2:]]
+    train, val = info["splits"]["train"], info["splits"]["validation"]
+    assert [s["name"] for s in val["shards"]] == ["validation/00000" if files == 3 else "validation/00001"]
+    assert len(train["shards"]) == (3 if files == 3 else 8)
+    assert val["text_bytes"] == len(docs[1]["text"].encode())
+    assert train["text_bytes"] + val["text_bytes"] == sum(len(d["text"].encode()) for d in docs)
+    assert (len(np.asarray(cache.train)), len(np.asarray(cache.validation))) == (
+        train["tokens"],
+        val["tokens"],
+    )
+    single = build([write_parquet(docs[:1], tmp_path / "single", 1)], tokenizer, tmp_path / "single-cache")
+    assert single["splits"]["validation"]["documents"] == 0  # one document: kept for training
+
+
 KILLED_BUILD = """
 import os, signal, sys
 from pathlib import Path
 from tokenizers import Tokenizer
 from marin_pipelines.tokenize import tokenized_cache as tc
 
-tc.ENCODE_BATCH = 8  # shards are written in pieces, so the kill comes half-way through one
+tc.ENCODE_CHARS = 1000  # shards are written in pieces, so the kill comes half-way through one
 read_chunk, calls = tc.read_chunk, []
 
 def dying(chunk):  # SIGKILL ourselves half-way through the fourth chunk
