@@ -5,7 +5,10 @@ Prints, for real web pages from ../shared/data repeated to ``--mb`` megabytes:
 - our cache build (read parquet, encode, split, write shards and ledger), one process and a pool,
 - datatrove's DocumentTokenizer on the same parquet files and tokenizer.json (offline),
 - the loader: batches per second at the demo's shape (16 x 128) and the latency of a seek to a random step.
-Each timing is the median of ``--repeats`` runs; ratios compare medians.
+Each timing is the median of ``--repeats`` rounds, each round running every contender once (so a
+change in the machine's load hits all of them alike); ratios compare medians. Every contender runs with
+the same thread settings, printed with the load average: the raw encoder and our one-process build use
+the tokenizer's own threads, the pools one thread per process.
 
     .venv/bin/python bench/tokenized_cache.py --mb 8 --repeats 3
 """
@@ -35,6 +38,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from resiliparse.extract.html2text import extract_plain_text
 from resiliparse.parse.encoding import bytes_to_str, detect_encoding
+from tokenizers import Tokenizer
 
 from marin_pipelines.tokenize.data_mixture import MixtureConfig, MixtureLoader
 from marin_pipelines.tokenize.tokenized_cache import CacheConfig, build_cache
@@ -53,14 +57,18 @@ def page_texts() -> list[str]:
     return texts
 
 
-def median_seconds(fn: Callable[[], object], repeats: int, reset: Callable[[], None] = lambda: None) -> float:
-    times = []
+def median_seconds(
+    contenders: dict[str, tuple[Callable[[], object], Callable[[], None]]], repeats: int
+) -> dict[str, float]:
+    """Median seconds of each ``(run, reset)``, over ``repeats`` rounds that run each contender once."""
+    times: dict[str, list[float]] = {name: [] for name in contenders}
     for _ in range(repeats):
-        reset()
-        started = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - started)
-    return statistics.median(times)
+        for name, (run, reset) in contenders.items():
+            reset()
+            started = time.perf_counter()
+            run()
+            times[name].append(time.perf_counter() - started)
+    return {name: statistics.median(seconds) for name, seconds in times.items()}
 
 
 def main() -> None:
@@ -89,9 +97,12 @@ def main() -> None:
         f"vocab {args.vocab_size}"
     )
 
+    encoder = Tokenizer.from_str(tokenizer.to_str())
+    encoder.encode_special_tokens = True  # as the cache build encodes
+
     def raw() -> None:
         for i in range(0, len(texts), 512):
-            tokenizer.encode_batch_fast(texts[i : i + 512], add_special_tokens=False)
+            encoder.encode_batch_fast(texts[i : i + 512], add_special_tokens=False)
 
     def ours(workers: int) -> Callable[[], object]:
         return lambda: build_cache(
@@ -120,14 +131,15 @@ def main() -> None:
         return executor.run
 
     logging.getLogger("datatrove").setLevel(logging.WARNING)
-    rows = {"raw tokenizers encode_batch_fast (upper bound)": median_seconds(raw, args.repeats)}
+    contenders = {"raw tokenizers encode_batch_fast (upper bound)": (raw, lambda: None)}
     for workers in (1, 2):
-        rows[f"ours: cache build, {workers} process(es)"] = median_seconds(
-            ours(workers), args.repeats, fresh("ours")
-        )
+        contenders[f"ours: cache build, {workers} process(es)"] = (ours(workers), fresh("ours"))
     for workers in (1, 2):
         name = f"datatrove DocumentTokenizer, {workers} worker(s)"
-        rows[name] = median_seconds(lambda w=workers: datatrove(w)(), args.repeats, fresh("datatrove"))
+        contenders[name] = (lambda w=workers: datatrove(w)(), fresh("datatrove"))
+    rows = median_seconds(contenders, args.repeats)
+    threads = {key: os.environ.get(key, "unset") for key in ("RAYON_NUM_THREADS", "TOKENIZERS_PARALLELISM")}
+    print(f"{len(os.sched_getaffinity(0))} cores, {threads}, load average {os.getloadavg()}")
     for name, seconds in rows.items():
         print(f"  {name:<50} {seconds:7.2f} s   {megabytes / seconds:6.2f} MB/s")
     best_ours = min(v for k, v in rows.items() if k.startswith("ours"))
