@@ -57,8 +57,10 @@ def experiment_summary(experiment: Experiment, store_root: str, run: ExperimentR
     ]
     if tasks:
         lines.append(f"eval tasks: {', '.join(tasks)}")
-    law = get("scaling_law").metadata
-    lines.append("scaling ladder (validation loss):")
+    law, prediction = get("scaling_law").metadata, get("scaling_prediction").metadata
+    lines.append(
+        f"scaling ladder (validation loss; a unigram model scores {prediction['unigram_loss']:.3f}):"
+    )
     for r in law["runs"]:
         lines.append(f"  {r['run']:<14} N={r['params']:>9,}  D={r['tokens']:>9,}  loss {r['loss']:.3f}")
     lines.append(f"fitted law ({law['method']}): {law['formula']}  (N non-embedding params, D tokens)")
@@ -69,6 +71,7 @@ def experiment_summary(experiment: Experiment, store_root: str, run: ExperimentR
         f"preregistered before it ran: loss {main['predicted_loss']:.3f} [{low:.3f}, {high:.3f}], "
         f"actual {main['actual_loss']:.3f} ({100 * main['relative_error']:+.1f}%)"
     )
+    lines += [f"  ladder warning: {warning}" for warning in prediction["warnings"]]
     board = get("speedrun_leaderboard").metadata
     if board["runs"]:
         lines.append(f"speedrun: {board['runs']} runs, `marin-pipelines leaderboard` prints the table")

@@ -1,8 +1,10 @@
 """The scaling law fitted over the ladder, the preregistered prediction for the main run, and its check.
 
-``scaling_prediction`` reads only the ladder (and the cache's vocabulary, which sizes the target's
-FLOPs per token): it is recorded before the target run starts and can never see it. The check on
-``eval_results`` compares the target's actual loss with that record; ``scaling_law`` draws both.
+``scaling_prediction`` reads only the ladder and the training data (the vocabulary sizes the target's
+FLOPs per token; the tokens give a unigram baseline and the target's epochs, which say whether the
+ladder can support the extrapolation): it is recorded before the target run starts and can never see
+it. The check on ``eval_results`` compares the target's actual loss with that record; ``scaling_law``
+draws both.
 """
 
 from __future__ import annotations
@@ -11,12 +13,19 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from dagster import AssetCheckResult, AssetCheckSeverity, AssetIn, AssetsDefinition, asset_check
 
 from marin_pipelines.assets.stage import stage_asset
 from marin_pipelines.evals.eval_results import evaluate_bpb
 from marin_pipelines.experiment import Experiment
 from marin_pipelines.scaling.fit import fit, law_from_dict
+from marin_pipelines.scaling.ladder_diagnostics import (
+    MAX_TARGET_EPOCHS,
+    ladder_diagnostics,
+    target_epochs,
+    unigram_loss,
+)
 from marin_pipelines.scaling.scaling_law import plot_scaling_law
 from marin_pipelines.scaling.speedrun import (
     discover_submissions,
@@ -67,6 +76,22 @@ def fit_metadata(fitted: dict[str, Any]) -> dict[str, Any]:
     return {**fitted["law"], **{key: fitted[key] for key in keys}}
 
 
+def diagnose(experiment: Experiment, runs: list[dict[str, Any]], target: dict[str, Any], cache: Artifact):
+    """The ladder against the training mixture: the pooled unigram loss and the target's epochs."""
+    sources = {
+        name: (source.weight, TokenCache(source.cache or cache.path))
+        for name, source in experiment.data_mixture.sources.items()
+    }
+    vocab = cache.metadata["vocab_size"]
+    unigram = unigram_loss(
+        [np.asarray(c.train) for _, c in sources.values()],
+        [np.asarray(c.validation) for _, c in sources.values()],
+        vocab,
+    )
+    epochs = target_epochs(target["tokens"], {n: (w, len(c.train)) for n, (w, c) in sources.items()})
+    return ladder_diagnostics(runs, unigram, epochs)
+
+
 def scaling_assets(experiment: Experiment) -> list[AssetsDefinition]:
     ladder = experiment.ladder
 
@@ -90,10 +115,11 @@ def scaling_assets(experiment: Experiment) -> list[AssetsDefinition]:
             ),
         }
         extrapolation = target["flops"] / max(r["budget"] for r in runs)
+        diagnostics = diagnose(experiment, runs, target, tokenized_cache)
         plot_scaling_law(runs, law_fit.law, out.path / PLOT, predictions=[target])
         fitted = law_fit.as_dict()
         (out.path / PREDICTION).write_text(
-            json.dumps({"fit": fitted, "runs": runs, "target": target}, indent=2)
+            json.dumps({"fit": fitted, "runs": runs, "target": target, "diagnostics": diagnostics}, indent=2)
         )
         out.metadata.update(fit_metadata(fitted))
         out.metadata.update(
@@ -104,7 +130,26 @@ def scaling_assets(experiment: Experiment) -> list[AssetsDefinition]:
             target=target,
             predicted_loss=target["loss"],
             extrapolation=extrapolation,
+            **diagnostics,
             plots={"scaling_law": PLOT},
+        )
+
+    @asset_check(
+        asset=[experiment.name, "scaling_prediction"],
+        description="Every rung beats a unigram model and the target repeats its data at most "
+        f"{MAX_TARGET_EPOCHS:g} times: otherwise the extrapolation has little to stand on.",
+    )
+    def ladder_informative(scaling_prediction: Artifact) -> AssetCheckResult:
+        meta = scaling_prediction.metadata
+        return AssetCheckResult(
+            passed=not meta["warnings"],
+            severity=AssetCheckSeverity.WARN,  # a weak ladder is a finding about the experiment, not a bug
+            metadata={
+                "unigram_loss": meta["unigram_loss"],
+                "rungs_not_beating_unigram": len(meta["rungs_not_beating_unigram"]),
+                "target_epochs": meta["target_epochs"],
+                "warnings": "\n".join(meta["warnings"]) or "none",
+            },
         )
 
     @asset_check(
@@ -168,4 +213,4 @@ def scaling_assets(experiment: Experiment) -> list[AssetsDefinition]:
             out.metadata["plots"] = {"speedrun": LEADERBOARD_PLOT}
 
     checks = [preregistered_prediction] if ladder.target_budget is not None else []  # only a declared target
-    return [scaling_prediction, *checks, scaling_law, speedrun_leaderboard]
+    return [scaling_prediction, ladder_informative, *checks, scaling_law, speedrun_leaderboard]
