@@ -2,7 +2,8 @@
 
 This is the entry point every launcher runs (a subprocess here, a pod on Kubernetes). Run it again
 with the same arguments after a crash and it resumes from the last checkpoint in ``--out``. Under
-Dagster Pipes it streams each logged step back to the orchestrator while it trains.
+Dagster Pipes it streams each logged step back to the orchestrator while it trains. The cache's
+``tokenizer.json`` is copied into ``--out``, so that ``marin-pipelines eval`` finds it there.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
@@ -51,6 +53,7 @@ def dagster_pipes_reporter(log_every: int) -> Iterator[Callable[[dict[str, Any]]
 def run_train(args: argparse.Namespace) -> int:
     from marin_pipelines.tokenize.data_mixture import MixtureLoader
     from marin_pipelines.tokenize.tokenized_cache import TokenCache
+    from marin_pipelines.tokenize.tokenizer import TOKENIZER_FILE
     from marin_pipelines.train.checkpoint import train
     from marin_pipelines.train.run_config import load_run_config
     from marin_pipelines.train.tracking import wandb_run
@@ -60,6 +63,8 @@ def run_train(args: argparse.Namespace) -> int:
         run = run.model_copy(update={"train": run.train.model_copy(update={"steps": args.steps})})
         run = type(run).model_validate(run.model_dump())  # re-check steps against warmup_steps
     model = run.llama(TokenCache(args.data).info["vocab_size"])
+    args.out.mkdir(parents=True, exist_ok=True)  # the cache's tokenizer: evaluation needs no other input
+    shutil.copyfile(args.data / TOKENIZER_FILE, args.out / TOKENIZER_FILE)
     # batch(step) is a pure function of the step: resuming needs no replay of the data.
     loader = MixtureLoader.from_config(
         run.data, str(args.data), model.seq_len, run.train.batch_size, run.train.seed
