@@ -1,7 +1,9 @@
 """Evaluation of every checkpoint: bits-per-byte on each mixture source's validation split and the held-out
 sets, lm-eval tasks, a results table with the change against the previous version, and a check.
 
-Evaluation runs in the Dagster process: the launcher resource runs training only so far.
+Evaluation goes through the ``launcher`` resource, as training does (a subprocess here, a pod with an
+accelerator on Kubernetes): the child writes ``results.json`` into the pending output directory and
+reports where it ran through Dagster Pipes.
 """
 
 from __future__ import annotations
@@ -13,17 +15,12 @@ from dagster import AssetExecutionContext, AssetKey, AssetRecordsFilter, AssetsD
 
 from marin_pipelines.assets.stage import stage_asset
 from marin_pipelines.assets.train import ladder_partitions
-from marin_pipelines.evals.checkpoint_eval import (
-    evaluate_checkpoint,
-    missing_tasks,
-    results_table,
-    scores,
-)
+from marin_pipelines.evals.checkpoint_eval import missing_tasks, results_table, scores
 from marin_pipelines.evals.eval_results import combine_bpb
 from marin_pipelines.experiment import Experiment
+from marin_pipelines.resources.launcher import LauncherResource
 from marin_pipelines.store import Artifact, PendingArtifact
-from marin_pipelines.tokenize.tokenizer import load_tokenizer
-from marin_pipelines.train.checkpoint import load_checkpoint
+from marin_pipelines.tokenize.tokenizer import TOKENIZER_FILE
 
 RESULTS = "results.json"
 HISTORY = 50  # materialisations searched back for the previous version
@@ -51,15 +48,22 @@ def evaluate(
     checkpoint: Artifact,
     cache: Artifact,
     tokenizer: Artifact,
+    launcher: LauncherResource,
 ) -> None:
-    model, _ = load_checkpoint(checkpoint.path)
     validation = {
         name: [source.cache or str(cache.path)] for name, source in experiment.data_mixture.sources.items()
     }
-    results = evaluate_checkpoint(
-        model, load_tokenizer(tokenizer.path), validation, experiment.evals, experiment.eval_batch_size
+    context = AssetExecutionContext.get()
+    messages = launcher.evaluate(
+        context,
+        checkpoint.path,
+        tokenizer.path / TOKENIZER_FILE,
+        validation,
+        experiment.evals,
+        experiment.eval_batch_size,
+        out.path / RESULTS,
     )
-    (out.path / RESULTS).write_text(json.dumps(results, indent=2))
+    results = json.loads((out.path / RESULTS).read_text())
     flat = scores(results)
     mixture = combine_bpb([results["bpb"][name] for name in validation])
     trained = checkpoint.metadata  # N is non-embedding params: at these sizes embeddings dominate the count
@@ -71,6 +75,7 @@ def evaluate(
         flops=trained["flops"],
         scores=flat,
         tasks=experiment.evals.tasks,
+        evaluated_on=messages[-1]["evaluated_on"],
     )
     previous = previous_scores([experiment.name, stage], experiment.versions[stage])
     table = {"results": results_table(flat)}
@@ -90,12 +95,23 @@ def eval_assets(experiment: Experiment) -> list[AssetsDefinition]:
 
     checks = {"tasks_scored": tasks_scored}
 
-    @stage_asset(experiment, "eval_results", group="evals", ins=("checkpoint", *ins), checks=checks)
+    @stage_asset(
+        experiment,
+        "eval_results",
+        group="evals",
+        ins=("checkpoint", *ins),
+        checks=checks,
+        resources=("launcher",),
+    )
     def eval_results(
-        out: PendingArtifact, checkpoint: Artifact, tokenized_cache: Artifact, tokenizer: Artifact
-    ):
+        out: PendingArtifact,
+        checkpoint: Artifact,
+        tokenized_cache: Artifact,
+        tokenizer: Artifact,
+        launcher: LauncherResource,
+    ) -> None:
         """Loss and bits-per-byte per validation source and held-out set, and lm-eval task scores."""
-        evaluate(experiment, "eval_results", out, checkpoint, tokenized_cache, tokenizer)
+        evaluate(experiment, "eval_results", out, checkpoint, tokenized_cache, tokenizer, launcher)
 
     @stage_asset(
         experiment,
@@ -104,11 +120,18 @@ def eval_assets(experiment: Experiment) -> list[AssetsDefinition]:
         ins=("ladder_checkpoint", *ins),
         partitions_def=ladder_partitions(experiment),
         checks=checks,
+        resources=("launcher",),
     )
     def ladder_eval_results(
-        out: PendingArtifact, ladder_checkpoint: Artifact, tokenized_cache: Artifact, tokenizer: Artifact
+        out: PendingArtifact,
+        ladder_checkpoint: Artifact,
+        tokenized_cache: Artifact,
+        tokenizer: Artifact,
+        launcher: LauncherResource,
     ) -> None:
         """The same evaluation for one ladder run."""
-        evaluate(experiment, "ladder_eval_results", out, ladder_checkpoint, tokenized_cache, tokenizer)
+        evaluate(
+            experiment, "ladder_eval_results", out, ladder_checkpoint, tokenized_cache, tokenizer, launcher
+        )
 
     return [eval_results, ladder_eval_results]

@@ -1,14 +1,29 @@
 """`marin-pipelines eval --checkpoint DIR --out FILE.json`: lm-eval tasks and bits per byte of any checkpoint.
 
 The JSON is lm-eval's (``results``, ``configs``, ``versions``, ...) with a ``bpb`` section: one entry per
-``--bpb`` set (named by its file or folder name) and ``overall``.
+``--bpb`` set (named ``NAME=`` or by its file or folder name) and ``overall``. This is also what the
+launchers run for the ``eval_results`` assets (``python -m marin_pipelines.evals``): under Dagster Pipes
+it sends its progress lines to the orchestrator and a summary as a custom message.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import socket
+import sys
+from contextlib import ExitStack
 from pathlib import Path
+from typing import Any
+
+
+def bpb_set(text: str) -> tuple[str, list[str]]:
+    """``NAME=PATH[,PATH...]`` (one named set of several files / folders / caches) or ``PATH``."""
+    name, named, paths = text.partition("=")
+    if named and name and "/" not in name:
+        return name, [p for p in paths.split(",") if p]
+    return Path(text.rstrip("/")).name, [text]
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -27,10 +42,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--include-path", type=Path, action="append", default=[], help="a folder of further task YAMLs"
     )
     parser.add_argument(
-        "--bpb", nargs="+", default=[], help="text files / folders (.txt, .jsonl, .parquet) or token caches"
+        "--bpb",
+        nargs="+",
+        type=bpb_set,
+        default=[],
+        help="bits-per-byte sets: text files / folders (.txt, .jsonl, .parquet) or token caches (their "
+        "validation split), each PATH (named by its file name) or NAME=PATH[,PATH...]",
     )
     parser.add_argument(
-        "--tokenizer", type=Path, help="tokenizer.json (default: the one beside the checkpoint)"
+        "--tokenizer",
+        type=Path,
+        help="tokenizer.json (default: the one training copied into the checkpoint, or its parent's)",
     )
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--limit", type=int, help="at most this many documents per task")
@@ -39,6 +61,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from dagster_pipes import PipesEnvVarParamsLoader, open_dagster_pipes
+
     from marin_pipelines.evals.checkpoint_eval import (
         EvalConfig,
         evaluate_checkpoint,
@@ -49,14 +73,35 @@ def run(args: argparse.Namespace) -> int:
 
     if not args.tasks and not args.bpb:
         raise ValueError("nothing to evaluate: give --tasks and/or --bpb")
-    names = [Path(p.rstrip("/")).name for p in args.bpb]
+    names = [name for name, _ in args.bpb]
     if len(set(names)) < len(names):
-        raise ValueError(f"--bpb sets need distinct file or folder names, got {names}")
+        raise ValueError(f"--bpb sets need distinct names, got {names}")
     config = EvalConfig(tasks=args.tasks, include_paths=[str(p) for p in args.include_path], limit=args.limit)
-    model, tokenizer = load_for_eval(args.checkpoint, args.tokenizer)
-    bpb_sets = {name: [path] for name, path in zip(names, args.bpb, strict=True)}
-    results = evaluate_checkpoint(model, tokenizer, bpb_sets, config, args.batch_size)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=2))
-    print(results_table(scores(results)))
+    with ExitStack() as stack:  # under Pipes, an error is reported to the orchestrator before it is raised
+        pipes = (
+            stack.enter_context(open_dagster_pipes())
+            if PipesEnvVarParamsLoader().is_dagster_pipes_process()
+            else None
+        )
+        model, tokenizer = load_for_eval(args.checkpoint, args.tokenizer)
+        progress = pipes.log.info if pipes else lambda line: print(line, file=sys.stderr)
+        results = evaluate_checkpoint(model, tokenizer, dict(args.bpb), config, args.batch_size, progress)
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(results, indent=2))
+        if pipes:  # the orchestrator shows the table; the terminal of a local run stays readable
+            pipes.report_custom_message({"scores": scores(results), "evaluated_on": where()})
+        else:
+            print(results_table(scores(results)))
     return 0
+
+
+def where() -> dict[str, Any]:
+    """The machine, process and accelerator that evaluated: the Dagster UI shows where a number came from."""
+    import jax
+
+    devices = jax.devices()
+    return {
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "devices": f"{len(devices)} x {devices[0].device_kind}",
+    }

@@ -9,6 +9,8 @@ from __future__ import annotations
 import hashlib
 import math
 import tempfile
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -89,32 +91,44 @@ def find_tokenizer(checkpoint_dir: Path) -> Path:
     raise FileNotFoundError(f"no {TOKENIZER_FILE} in {checkpoint_dir} or its parent; pass --tokenizer FILE")
 
 
+def with_heldout(bpb_sets: dict[str, list[str]], config: EvalConfig) -> dict[str, list[str]]:
+    """``bpb_sets`` and ``config.heldout`` as one mapping, refusing a held-out name that is taken."""
+    sets = {**bpb_sets, **config.heldout}
+    if len(sets) < len(bpb_sets) + len(config.heldout):
+        raise ValueError(f"held-out set names {sorted(config.heldout)} clash with {sorted(bpb_sets)}")
+    return sets
+
+
 def evaluate_checkpoint(
     model: Llama,
     tokenizer: Tokenizer,
     bpb_sets: dict[str, list[str]],
     config: EvalConfig,
     batch_size: int,
+    progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """``bpb_sets`` (name -> token cache folders, whose validation split is read, or text files) and
     ``config.heldout`` in bits per byte; ``config.tasks`` through lm-eval. Returns lm-eval's results
-    (``results``, ``configs``, ...; none without tasks) with a ``bpb`` section: per set and overall."""
+    (``results``, ``configs``, ...; none without tasks) with a ``bpb`` section: per set and overall.
+    ``progress`` gets a line as each part finishes: an evaluation on an accelerator can take hours."""
     from marin_pipelines.evals.lm_eval_adapter import JaxLM
     from marin_pipelines.evals.lm_eval_tasks import run_tasks
 
-    sets = {**bpb_sets, **config.heldout}
-    if len(sets) < len(bpb_sets) + len(config.heldout):
-        raise ValueError(f"held-out set names {sorted(config.heldout)} clash with {sorted(bpb_sets)}")
+    say = progress or (lambda _: None)
+    sets = with_heldout(bpb_sets, config)
     seq_len = model.config.seq_len
     tokens = {name: np.concatenate([bpb_tokens(p, tokenizer) for p in paths]) for name, paths in sets.items()}
     results: dict[str, Any] = {}
     if config.tasks:
+        started = time.perf_counter()
         lm = JaxLM(model, tokenizer, batch_size)
         includes = [Path(p) for p in config.include_paths]
         with tempfile.TemporaryDirectory() as work_dir:
             results = run_tasks(lm, config.tasks, includes, Path(work_dir), config.limit)
+        say(f"lm-eval: {len(config.tasks)} tasks in {time.perf_counter() - started:.1f} s")
     if tokens:
-        results["bpb"] = evaluate_bpb_sets(model, tokens, token_byte_lengths(tokenizer), seq_len, batch_size)
+        token_bytes = token_byte_lengths(tokenizer)
+        results["bpb"] = evaluate_bpb_sets(model, tokens, token_bytes, seq_len, batch_size, say)
     return results
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import time
+from collections.abc import Callable
 
 import jax
 import numpy as np
@@ -88,16 +90,28 @@ def bpb_tokens(path: str, tokenizer: Tokenizer) -> np.ndarray:
 
 
 def evaluate_bpb_sets(
-    model: Llama, sets: dict[str, np.ndarray], token_bytes: np.ndarray, seq_len: int, batch_size: int
+    model: Llama,
+    sets: dict[str, np.ndarray],
+    token_bytes: np.ndarray,
+    seq_len: int,
+    batch_size: int,
+    progress: Callable[[str], None] | None = None,
 ) -> dict[str, dict[str, float | int]]:
-    """``evaluate_bpb`` on each named set, plus ``overall``: all their nats over all their tokens / bytes."""
+    """``evaluate_bpb`` on each named set, plus ``overall``: all their nats over all their tokens / bytes.
+    ``progress`` gets a line per set as it finishes."""
     if not sets:
         raise ValueError("no bits-per-byte sets to evaluate")
     if "overall" in sets:
         raise ValueError("'overall' is the name of the sets' total; give the set another name")
-    results = {
-        name: evaluate_bpb(model, tokens, token_bytes, seq_len, batch_size) for name, tokens in sets.items()
-    }
+    results = {}
+    for name, tokens in sets.items():
+        started = time.perf_counter()
+        results[name] = result = evaluate_bpb(model, tokens, token_bytes, seq_len, batch_size)
+        if progress:
+            progress(
+                f"bits per byte of {name}: {result['bits_per_byte']:.4f} ({result['tokens']} tokens, "
+                f"{time.perf_counter() - started:.1f} s)"
+            )
     results["overall"] = combine_bpb(list(results.values()))
     return results
 

@@ -1,9 +1,11 @@
-"""Where training runs: a subprocess here (``LocalLauncher``) or a pod on Kubernetes (``K8sLauncher``).
+"""Where training and evaluation run: a subprocess here (``LocalLauncher``) or a pod on Kubernetes
+(``K8sLauncher``).
 
-Both run the same entry point, ``python -m marin_pipelines.train --config FILE --data CACHE --out DIR``, under
-Dagster Pipes: the child streams its logged steps back as Pipes log lines and custom messages while
-it trains, and writes the checkpoint into ``--out``. On Kubernetes that directory must be shared with
-the pod (the store on a mounted volume, see ``volume_claim``), exactly as the artifact store is.
+Both run the package's entry points under Dagster Pipes: ``python -m marin_pipelines.train --config FILE
+--data CACHE --out DIR`` streams its logged steps back while it trains and writes the checkpoint into
+``--out``; ``python -m marin_pipelines.evals --checkpoint DIR ... --out FILE`` sends its progress and a
+summary, and writes the results JSON to ``--out``. On Kubernetes those paths must be shared with the pod
+(the store on a mounted volume, see ``volume_claim``), exactly as the artifact store is.
 """
 
 from __future__ import annotations
@@ -15,7 +17,10 @@ from typing import Any, Literal
 from dagster import AssetExecutionContext, ConfigurableResource, PipesSubprocessClient
 from pydantic import Field, model_validator
 
+from marin_pipelines.evals.checkpoint_eval import EvalConfig, with_heldout
+
 TRAIN_COMMAND = ("-m", "marin_pipelines.train", "--quiet")
+EVAL_COMMAND = ("-m", "marin_pipelines.evals")
 
 
 def train_args(config_file: Path, data_dir: Path, out_dir: Path) -> list[str]:
@@ -23,26 +28,69 @@ def train_args(config_file: Path, data_dir: Path, out_dir: Path) -> list[str]:
 
 
 class LauncherResource(ConfigurableResource):
-    """Runs ``marin-pipelines train`` somewhere; returns the Pipes custom messages the run reported."""
+    """Runs training and evaluation somewhere; each returns the Pipes custom messages the run reported."""
 
-    env: dict[str, str] = Field(default_factory=dict, description="extra environment of the training process")
+    env: dict[str, str] = Field(default_factory=dict, description="extra environment of the launched process")
+    compilation_cache: str | None = Field(
+        None,
+        description="a folder for JAX's persistent compilation cache, shared by the launched runs: a run "
+        "with the model and shapes of an earlier one skips XLA compilation (seconds per evaluation on a CPU)",
+    )
+
+    def child_env(self) -> dict[str, str]:
+        """``env``, on top of the compilation cache's settings (every compiled program is kept)."""
+        if not self.compilation_cache:
+            return dict(self.env)
+        cache = {
+            "JAX_COMPILATION_CACHE_DIR": self.compilation_cache,
+            "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+        }
+        return {**cache, **self.env}
+
+    def launch(self, context: AssetExecutionContext, args: list[str]) -> list[Any]:
+        """``python *args`` under Dagster Pipes, wherever this launcher runs things."""
+        raise NotImplementedError
 
     def train(
         self, context: AssetExecutionContext, config_file: Path, data_dir: Path, out_dir: Path
     ) -> list[Any]:
-        raise NotImplementedError
+        return self.launch(context, train_args(config_file, data_dir, out_dir))
+
+    def evaluate(
+        self,
+        context: AssetExecutionContext,
+        checkpoint_dir: Path,
+        tokenizer_file: Path,
+        bpb_sets: dict[str, list[str]],
+        config: EvalConfig,
+        batch_size: int,
+        out_file: Path,
+    ) -> list[Any]:
+        """Bits per byte on ``bpb_sets`` (name -> caches / text) and ``config``'s held-out sets, and
+        ``config``'s lm-eval tasks, written to ``out_file`` as ``marin-pipelines eval`` writes them
+        (the sets as ``--bpb NAME=PATH,...``)."""
+        args = [*EVAL_COMMAND, "--checkpoint", str(checkpoint_dir), "--tokenizer", str(tokenizer_file)]
+        sets = with_heldout(bpb_sets, config)
+        if sets:
+            args += ["--bpb", *(f"{name}={','.join(paths)}" for name, paths in sets.items())]
+        if config.tasks:
+            args += ["--tasks", ",".join(config.tasks)]
+        for folder in config.include_paths:
+            args += ["--include-path", folder]
+        if config.limit is not None:
+            args += ["--limit", str(config.limit)]
+        return self.launch(context, [*args, "--batch-size", str(batch_size), "--out", str(out_file)])
 
 
 class LocalLauncher(LauncherResource):
     """A subprocess on this machine (CPU JAX unless the machine has an accelerator): the default."""
 
     python: str = Field(default=sys.executable, description="interpreter that has marin_pipelines installed")
+    compilation_cache: str | None = str(Path.cwd() / ".marin" / "jax_cache")
 
-    def train(
-        self, context: AssetExecutionContext, config_file: Path, data_dir: Path, out_dir: Path
-    ) -> list[Any]:
-        command = [self.python, *train_args(config_file, data_dir, out_dir)]
-        invocation = PipesSubprocessClient(env=self.env).run(context=context, command=command)
+    def launch(self, context: AssetExecutionContext, args: list[str]) -> list[Any]:
+        client = PipesSubprocessClient(env=self.child_env())
+        invocation = client.run(context=context, command=[self.python, *args])
         return invocation.get_custom_messages()
 
 
@@ -90,7 +138,7 @@ class K8sLauncher(LauncherResource):
             limits["nvidia.com/gpu"] = str(self.chips)
             if self.gpu_type:
                 selector = {"cloud.google.com/gke-accelerator": self.gpu_type}
-        env = [{"name": k, "value": v} for k, v in self.env.items()]
+        env = [{"name": k, "value": v} for k, v in self.child_env().items()]
         env += [
             {
                 "name": name,
@@ -99,7 +147,7 @@ class K8sLauncher(LauncherResource):
             for name, ref in self.secret_env.items()
         ]
         container: dict[str, Any] = {
-            "name": "train",
+            "name": "marin",
             "image": self.image,
             "env": env,
             "resources": {"requests": dict(limits), "limits": limits},
@@ -114,15 +162,13 @@ class K8sLauncher(LauncherResource):
             spec["serviceAccountName"] = self.service_account
         return spec
 
-    def train(
-        self, context: AssetExecutionContext, config_file: Path, data_dir: Path, out_dir: Path
-    ) -> list[Any]:
+    def launch(self, context: AssetExecutionContext, args: list[str]) -> list[Any]:
         from dagster_k8s import PipesK8sClient
 
         invocation = PipesK8sClient().run(
             context=context,
             image=self.image,
-            command=["python", *train_args(config_file, data_dir, out_dir)],
+            command=["python", *args],
             namespace=self.namespace,
             base_pod_spec=self.pod_spec(),
         )

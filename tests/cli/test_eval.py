@@ -96,3 +96,17 @@ def test_eval_errors_name_the_problem(checkpoint, tmp_path, capsys):
     ]
     assert main(args) == 2
     assert "unknown lm-eval tasks ['no_such_task']" in capsys.readouterr().err
+
+
+def test_named_bpb_sets_join_their_files(checkpoint, tmp_path, capsys):
+    first, second = tmp_path / "a.txt", tmp_path / "b.txt"
+    first.write_text("Tuples are immutable sequences.")
+    second.write_text("Strings are sequences of characters.")
+    out = tmp_path / "eval.json"
+    args = ["eval", "--checkpoint", str(checkpoint), "--out", str(out), "--bpb"]
+    assert main([*args, f"both={first},{second}", str(second)]) == 0
+    bpb = json.loads(out.read_text())["bpb"]
+    assert set(bpb) == {"both", "b.txt", "overall"}
+    assert bpb["both"]["bytes"] == bpb["b.txt"]["bytes"] + len(first.read_bytes())
+    assert main([*args, f"b.txt={first}", str(second)]) == 2
+    assert "distinct names" in capsys.readouterr().err
