@@ -1,5 +1,6 @@
 """The whole asset graph, materialised in process on a tiny crawl: the same path `make demo` takes."""
 
+import json
 import math
 
 import pytest
@@ -125,3 +126,20 @@ def test_the_summary_reads_the_run_back_from_the_store(graph):
     assert f"a unigram model scores {prediction['unigram_loss']:.3f}" in text
     assert text.count("ladder warning:") == len(prediction["warnings"])
     assert "WARNING: tiny/scaling_prediction:ladder_informative did not pass" in text
+
+
+def test_the_speedrun_trains_and_evaluates_each_run_through_the_launcher(graph):
+    experiment, root, instance, _ = graph
+    racing = Experiment.build(**{**TINY, "speedrun": ["nano_hot"]})
+    assert racing.versions["tokenized_cache"] == experiment.versions["tokenized_cache"]
+    run = materialize_experiment(racing, root, instance, through="speedrun_leaderboard")
+    board = next(m for m in run.materialized if m.asset == "tiny/speedrun_leaderboard")
+    assert not board.reused and board.metadata["runs"] == 1 and "nano_hot" in board.metadata["leaderboard"]
+    key, version = ["tiny", "speedrun_leaderboard"], racing.versions["speedrun_leaderboard"]
+    run_dir = ArtifactStore(root).get(key, version).path / "runs" / "nano_hot-1e11"
+    # the launched children wrote these: the trainer its summary, the evaluator its results JSON
+    result = json.loads((run_dir / "results.json").read_text())
+    summary = json.loads((run_dir / "train.json").read_text())["summary"]
+    evals = json.loads((run_dir / "eval.json").read_text())
+    assert result["bits_per_byte"] == evals["bpb"]["validation"]["bits_per_byte"] > 0
+    assert result["model_flops"] == summary["flops"] and result["hardware"] == summary["hardware"]

@@ -10,15 +10,23 @@ draws both.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import numpy as np
-from dagster import AssetCheckResult, AssetCheckSeverity, AssetIn, AssetsDefinition, asset_check
+from dagster import (
+    AssetCheckResult,
+    AssetCheckSeverity,
+    AssetExecutionContext,
+    AssetIn,
+    AssetsDefinition,
+    asset_check,
+)
 
 from marin_pipelines.assets.stage import stage_asset
-from marin_pipelines.evals.eval_results import evaluate_bpb
+from marin_pipelines.assets.train import launch_training
+from marin_pipelines.evals.checkpoint_eval import EvalConfig
 from marin_pipelines.experiment import Experiment
+from marin_pipelines.resources.launcher import LauncherResource
 from marin_pipelines.scaling.fit import fit, law_from_dict
 from marin_pipelines.scaling.ladder_diagnostics import (
     MAX_TARGET_EPOCHS,
@@ -26,17 +34,18 @@ from marin_pipelines.scaling.ladder_diagnostics import (
     target_epochs,
     unigram_loss,
 )
-from marin_pipelines.scaling.scaling_law import plot_scaling_law
+from marin_pipelines.scaling.scaling_law import budget_key, plot_scaling_law
 from marin_pipelines.scaling.speedrun import (
+    Submission,
     discover_submissions,
     leaderboard_markdown,
     plot_leaderboard,
-    run_submission,
+    submission_result,
 )
 from marin_pipelines.store import Artifact, PendingArtifact
+from marin_pipelines.tokenize.data_mixture import MixtureConfig
 from marin_pipelines.tokenize.tokenized_cache import TokenCache
-from marin_pipelines.tokenize.tokenizer import load_tokenizer, token_byte_lengths
-from marin_pipelines.train.checkpoint import load_checkpoint
+from marin_pipelines.tokenize.tokenizer import TOKENIZER_FILE
 
 PREDICTION = "prediction.json"
 PLOT = "scaling_law.png"
@@ -181,26 +190,37 @@ def scaling_assets(experiment: Experiment) -> list[AssetsDefinition]:
             plots={"scaling_law": PLOT},
         )
 
-    @stage_asset(experiment, "speedrun_leaderboard", group="scaling", ins=("tokenized_cache", "tokenizer"))
-    def speedrun_leaderboard(out: PendingArtifact, tokenized_cache: Artifact, tokenizer: Artifact) -> None:
-        """The chosen speedrun submissions trained at their budgets on this data, ranked by bits-per-byte."""
-        cache = TokenCache(tokenized_cache.path)
-        token_bytes = token_byte_lengths(load_tokenizer(tokenizer.path))
+    @stage_asset(
+        experiment,
+        "speedrun_leaderboard",
+        group="scaling",
+        ins=("tokenized_cache", "tokenizer"),
+        resources=("launcher",),
+    )
+    def speedrun_leaderboard(
+        out: PendingArtifact, tokenized_cache: Artifact, tokenizer: Artifact, launcher: LauncherResource
+    ) -> None:
+        """The chosen speedrun submissions trained at their budgets on this data, ranked by bits-per-byte.
 
-        def bits_per_byte(checkpoint_dir: Path) -> float:
-            model, config = load_checkpoint(checkpoint_dir)
+        Each run trains and is evaluated through the launcher, as the ladder's rungs are."""
+        validation = {"validation": [str(tokenized_cache.path)]}
+
+        def run(submission: Submission, budget: float) -> dict[str, Any]:
+            run_dir = out.path / "runs" / f"{submission.name}-{budget_key(budget)}"
+            model, config = submission.run_config(budget, tokenized_cache.metadata["vocab_size"])
+            summary = launch_training(run_dir, tokenized_cache, launcher, MixtureConfig(), model, config)
+            evals = run_dir / "eval.json"
+            context = AssetExecutionContext.get()
+            tokenizer_file = tokenizer.path / TOKENIZER_FILE
             batch = experiment.eval_batch_size
-            return evaluate_bpb(model, cache.validation, token_bytes, config.seq_len, batch)["bits_per_byte"]
+            launcher.evaluate(context, run_dir, tokenizer_file, validation, EvalConfig(), batch, evals)
+            bpb = json.loads(evals.read_text())["bpb"]["validation"]["bits_per_byte"]
+            result = submission_result(submission, budget, summary, bpb)
+            (run_dir / "results.json").write_text(json.dumps(result, indent=2))
+            return result
 
         results = [
-            run_submission(
-                submission,
-                budget,
-                cache.train,
-                tokenized_cache.metadata["vocab_size"],
-                bits_per_byte,
-                out.path / "runs" / f"{submission.name}-{budget:.3g}",
-            )
+            run(submission, budget)
             for submission in discover_submissions()
             if submission.name in experiment.speedrun
             for budget in submission.budgets

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 from typing import Any
 
 from dagster import (
@@ -46,6 +47,22 @@ def loss_finite_and_falling(artifact: Artifact) -> tuple[bool, dict[str, Any]]:
     return math.isfinite(last) and last < first, {"initial_loss": first, "final_loss": last}
 
 
+def launch_training(
+    run_dir: Path,
+    cache: Artifact,
+    launcher: LauncherResource,
+    mixture: MixtureConfig,
+    model: LlamaConfig,
+    config: TrainConfig,
+) -> dict[str, Any]:
+    """Write the run's YAML into ``run_dir``, train it there through the launcher; its summary."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    config_file = run_dir / RUN_CONFIG_FILE
+    RunConfig(model=model.model_dump(), train=config, data=mixture).dump(config_file)
+    launcher.train(AssetExecutionContext.get(), config_file, cache.path, run_dir)
+    return json.loads((run_dir / TRAIN_FILE).read_text())["summary"]
+
+
 def run_training(
     out: PendingArtifact,
     cache: Artifact,
@@ -54,11 +71,8 @@ def run_training(
     model: LlamaConfig,
     config: TrainConfig,
 ) -> None:
-    """Write the run's YAML into the output, train it through the launcher, read back its summary."""
-    config_file = out.path / RUN_CONFIG_FILE
-    RunConfig(model=model.model_dump(), train=config, data=mixture).dump(config_file)
-    launcher.train(AssetExecutionContext.get(), config_file, cache.path, out.path)
-    out.metadata.update(json.loads((out.path / TRAIN_FILE).read_text())["summary"])
+    """Train into the pending output; the run's summary and loss curve become its metadata."""
+    out.metadata.update(launch_training(out.path, cache, launcher, mixture, model, config))
     out.metadata["plots"] = {"loss_curve": LOSS_CURVE_FILE}
 
 

@@ -18,19 +18,17 @@ from __future__ import annotations
 import importlib
 import json
 import pkgutil
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import jax
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from marin_pipelines.scaling.scaling_law import ladder_steps
-from marin_pipelines.tokenize.sequence_loader import SequenceLoader, TokenStream
-from marin_pipelines.train.checkpoint import TrainConfig, train
+from marin_pipelines.train.checkpoint import TrainConfig
 from marin_pipelines.train.model import LlamaConfig
 
 SUBMISSIONS_PACKAGE = "marin_pipelines.experiments.speedrun"
@@ -100,27 +98,13 @@ def discover_submissions() -> list[Submission]:
     return [found[name] for name in sorted(found)]
 
 
-def hardware() -> str:
-    """This process's accelerator, as JAX sees it."""
-    device = jax.devices()[0]
-    return f"{device.platform}: {device.device_kind}"
-
-
-def run_submission(
-    submission: Submission,
-    budget: float,
-    train_tokens: TokenStream,
-    vocab_size: int,
-    evaluate: Callable[[Path], float],
-    out_dir: Path,
+def submission_result(
+    submission: Submission, budget: float, summary: dict[str, Any], bits_per_byte: float
 ) -> dict[str, Any]:
-    """Train one budget into ``out_dir``; ``evaluate(checkpoint_dir)`` gives validation bits-per-byte."""
-    model, config = submission.run_config(budget, vocab_size)
-    loader = SequenceLoader(train_tokens, model.seq_len, config.batch_size, config.seed)
-    summary = train(model, config, loader.batch, out_dir, progress=False)
+    """One run's leaderboard entry from its training summary (``train.json``) and validation bpb."""
     step_seconds = summary["tokens_seen"] / summary["tokens_per_s"]  # steady-state: compile excluded
     devices = summary["devices"]  # peak_flops: the configured per-device peak x devices, or measured
-    result = {
+    return {
         "submission": submission.name,
         "author": submission.author,
         "description": submission.description,
@@ -131,13 +115,11 @@ def run_submission(
         "model_flops": summary["flops"],
         "hardware_flops": step_seconds * summary["peak_flops"],
         "wall_seconds": summary["wall_seconds"],
-        "hardware": hardware(),
+        "hardware": summary["hardware"],
         "devices": devices,
         "peak_flops": summary["peak_flops"] / devices,
-        "bits_per_byte": evaluate(out_dir),
+        "bits_per_byte": bits_per_byte,
     }
-    (out_dir / "results.json").write_text(json.dumps(result, indent=2))
-    return result
 
 
 def load_results(folder: Path) -> list[dict[str, Any]]:

@@ -315,6 +315,7 @@ def train(
         "flops_per_token": flops_per_token,
         "flops": flops_per_token * tokens_per_step * config.steps,
         "devices": mesh.size,
+        "hardware": f"{mesh.devices.flat[0].platform}: {mesh.devices.flat[0].device_kind}",
         "wall_seconds": wall_seconds,
         "tokens_per_s": tokens_per_s,
         "peak_flops": peak_flops,

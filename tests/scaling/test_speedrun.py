@@ -11,9 +11,11 @@ from marin_pipelines.scaling.speedrun import (
     load_results,
     pareto_frontier,
     plot_leaderboard,
-    run_submission,
+    submission_result,
     submission_slopes,
 )
+from marin_pipelines.tokenize.sequence_loader import SequenceLoader
+from marin_pipelines.train.checkpoint import train
 from marin_pipelines.train.model import MODEL_SIZES
 
 
@@ -94,8 +96,11 @@ def test_a_run_records_flops_hardware_and_bits_per_byte(tmp_path):
         budgets=[1e8],
     )
     tokens = np.random.default_rng(0).integers(0, 64, 5000).astype(np.uint16)
-    out = run_submission(submission, 1e8, tokens, 64, lambda path: 1.5, tmp_path / "run")
     model, config = submission.run_config(1e8, 64)
+    loader = SequenceLoader(tokens, model.seq_len, config.batch_size, config.seed)
+    summary = train(model, config, loader.batch, tmp_path / "run", progress=False)
+    out = submission_result(submission, 1e8, summary, 1.5)
+    (tmp_path / "run" / "results.json").write_text(json.dumps(out))
     assert out["tokens"] == config.steps * 4 * 16
     assert out["model_flops"] == pytest.approx(model.flops_per_token() * out["tokens"])
     assert out["model_flops"] == pytest.approx(1e8, rel=0.1)  # whole steps that spend the budget
