@@ -25,11 +25,12 @@ import logging
 import multiprocessing
 import os
 import shutil
+from collections import deque
 from collections.abc import Iterator
-from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from functools import cached_property, lru_cache
-from itertools import chain
+from itertools import chain, groupby
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +52,8 @@ WORK_FILE = "build.json"
 RECORD_FORMAT = 2  # of the chunk records in the work folder; part of the build's fingerprint
 ENCODE_CHARS = 1 << 18  # text per encode_batch_fast call: enough for the tokenizer's threads, and small
 # enough that the last batch of a chunk, whose writing overlaps no encoding, is a small share of it
+ENCODE_AHEAD = 2  # batches being encoded while one is written
+Batch = list[tuple[str, str]]  # (id, text) of some documents of one chunk
 
 
 class CacheConfig(BaseModel):
@@ -165,7 +168,7 @@ def _write_atomic(path: Path, data: bytes) -> None:
 def _encode_all(jobs: list[_Job], workers: int) -> Iterator[dict[str, Any]]:
     """Records of the encoded chunks: here (one process, the tokenizer's own threads), or in a pool."""
     if workers == 1 or len(jobs) <= 1:
-        yield from map(_encode_chunk, jobs)
+        yield from _encode_chunks(jobs)
         return
     context = multiprocessing.get_context("spawn")  # no fork of a threaded parent (Dagster, JAX)
     with ProcessPoolExecutor(min(workers, len(jobs)), context, initializer=_one_thread) as pool:
@@ -185,9 +188,9 @@ def _tokenizer(tokenizer_json: str) -> Tokenizer:
     return tokenizer
 
 
-def _batches(docs: Iterator[tuple[str, str]]) -> Iterator[list[tuple[str, str]]]:
+def _batches(docs: Iterator[tuple[str, str]]) -> Iterator[Batch]:
     """Documents in batches of at least ENCODE_CHARS characters (the last one may be smaller)."""
-    batch: list[tuple[str, str]] = []
+    batch: Batch = []
     chars = 0
     for doc in docs:
         batch.append(doc)
@@ -200,27 +203,51 @@ def _batches(docs: Iterator[tuple[str, str]]) -> Iterator[list[tuple[str, str]]]
 
 
 def _encoded(
-    tokenizer: Tokenizer, docs: Iterator[tuple[str, str]]
-) -> Iterator[tuple[list[tuple[str, str]], list[Encoding]]]:
-    """Batches of documents with their encodings. The next batch is encoded in a thread while the caller
-    writes this one (the tokenizer releases the GIL), so the writing costs little beyond the encoding;
-    at most two batches are in memory."""
-    with ThreadPoolExecutor(1) as pool:
-        pending = None
-        for batch in _batches(docs):
+    tokenizer: Tokenizer, batches: Iterator[tuple[_Job, Batch]]
+) -> Iterator[tuple[_Job, Batch, list[Encoding]]]:
+    """The batches with their encodings. The next batches are encoded in threads while the caller writes
+    this one (the tokenizer releases the GIL), so the writing costs little beyond the encoding; two in
+    flight let the tokenizer's threads start on one while the last long document of the other ends."""
+    with ThreadPoolExecutor(ENCODE_AHEAD) as pool:
+        ahead: deque[tuple[_Job, Batch, Future[list[Encoding]]]] = deque()
+        for job, batch in batches:
             texts = [text for _, text in batch]
-            submitted = batch, pool.submit(tokenizer.encode_batch_fast, texts, add_special_tokens=False)
-            if pending:
-                yield pending[0], pending[1].result()
-            pending = submitted
-        if pending:
-            yield pending[0], pending[1].result()
+            ahead.append(
+                (job, batch, pool.submit(tokenizer.encode_batch_fast, texts, add_special_tokens=False))
+            )
+            if len(ahead) > ENCODE_AHEAD:
+                job, batch, encodings = ahead.popleft()
+                yield job, batch, encodings.result()
+        for job, batch, encodings in ahead:
+            yield job, batch, encodings.result()
+
+
+def _encode_chunks(jobs: list[_Job]) -> Iterator[dict[str, Any]]:
+    """Encode chunks one after another into the work folder and yield their records. Encoding runs ahead
+    into the next chunk, so that reading it and finishing this one overlap encoding too."""
+    if not jobs:
+        return
+    tokenizer = _tokenizer(jobs[0].tokenizer_json)
+    batches = ((job, batch) for job in jobs for batch in _batches(read_chunk(job.chunk)))
+    groups = groupby(_encoded(tokenizer, batches), key=lambda encoded: encoded[0].index)
+    group = next(groups, None)
+    for job in jobs:
+        if group is not None and group[0] == job.index:
+            yield _write_chunk(job, ((batch, encodings) for _, batch, encodings in group[1]))
+            group = next(groups, None)
+        else:  # a chunk without documents
+            yield _write_chunk(job, iter(()))
 
 
 def _encode_chunk(job: _Job) -> dict[str, Any]:
-    """Encode one chunk into its shards in the work folder; the record is written last. The record keeps
-    the chunk's document with the smallest split key, for ``_ensure_validation``."""
-    tokenizer = _tokenizer(job.tokenizer_json)
+    """A pool worker's task."""
+    (record,) = _encode_chunks([job])
+    return record
+
+
+def _write_chunk(job: _Job, encoded: Iterator[tuple[Batch, list[Encoding]]]) -> dict[str, Any]:
+    """Write one chunk's shards into the work folder; its record is written last. The record keeps the
+    chunk's document with the smallest split key, for ``_ensure_validation``."""
     dtype = np.dtype(job.dtype)
     work = Path(job.work_dir)
     counts = {split: {"documents": 0, "tokens": 0, "text_bytes": 0} for split in SPLITS}
@@ -230,7 +257,7 @@ def _encode_chunk(job: _Job) -> dict[str, Any]:
     with files["train"].open("wb") as train_file, files["validation"].open("wb") as val_file:
         outs = {"train": train_file, "validation": val_file}
         ends: dict[str, list[np.ndarray]] = {split: [] for split in SPLITS}
-        for batch, encodings in _encoded(tokenizer, read_chunk(job.chunk)):
+        for batch, encodings in encoded:
             ids = [encoding.ids for encoding in encodings]
             for doc in ids:
                 doc.append(job.eos_id)

@@ -127,6 +127,22 @@ def test_a_small_build_always_has_a_validation_document(
     assert single["splits"]["validation"]["documents"] == 0  # one document: kept for training
 
 
+def test_chunks_without_documents(
+    tokenizer: Tokenizer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Byte ranges of a JSON-lines file in which no line starts are chunks without documents."""
+    texts = [" ".join(["river"] * (i * 7 % 40)) for i in range(30)]
+    lines = [json.dumps({"id": f"d{i}", "text": text}) for i, text in enumerate(texts)]
+    (tmp_path / "docs.jsonl").write_text("\n".join(lines) + "\n")
+    monkeypatch.setattr(text_sources, "JSONL_CHUNK_BYTES", 64)
+    assert any(not list(read_chunk(c)) for c in text_chunks([str(tmp_path / "docs.jsonl")]))
+    build([tmp_path / "docs.jsonl"], tokenizer, tmp_path / "one", validation_fraction=0.2)
+    build([tmp_path / "docs.jsonl"], tokenizer, tmp_path / "two", workers=2, validation_fraction=0.2)
+    assert tree(tmp_path / "one") == tree(tmp_path / "two")
+    cache = TokenCache(tmp_path / "one")
+    assert sorted(decoded(tokenizer, cache.train) + decoded(tokenizer, cache.validation)) == sorted(texts)
+
+
 KILLED_BUILD = """
 import os, signal, sys
 from pathlib import Path
@@ -136,10 +152,10 @@ from marin_pipelines.tokenize import tokenized_cache as tc
 tc.ENCODE_CHARS = 1000  # shards are written in pieces, so the kill comes half-way through one
 read_chunk, calls = tc.read_chunk, []
 
-def dying(chunk):  # SIGKILL ourselves half-way through the fourth chunk
+def dying(chunk):  # SIGKILL ourselves half-way through the fourth chunk (read ahead of its writing)
     calls.append(chunk)
     for i, doc in enumerate(read_chunk(chunk)):
-        if len(calls) == 4 and i == 20:
+        if len(calls) == 4 and i == 40:
             os.kill(os.getpid(), signal.SIGKILL)
         yield doc
 
