@@ -228,7 +228,8 @@ STAGES: dict[str, Stage] = {
     "quality_scores": Stage(("deduplicated_text",), ("quality",), revision=2),
     "curated_text": Stage(("deduplicated_text", "quality_scores"), ("curation",), revision=2),
     "tokenizer": Stage(("curated_text",), ("tokenizer",)),
-    "tokenized_cache": Stage(("curated_text", "tokenizer"), ("cache",), revision=2),
+    # revision 3: a build of >= 2 documents always has a validation document
+    "tokenized_cache": Stage(("curated_text", "tokenizer"), ("cache",), revision=3),
     # revision 2: orbax; "target": a preregistered ladder target sizes the main run
     "checkpoint": Stage(("tokenized_cache",), ("model", "train", "data_mixture", "target"), revision=2),
     # revision 2: every mixture source's validation split, held-out sets and lm-eval tasks
