@@ -10,8 +10,6 @@ import argparse
 import importlib
 import sys
 
-from marin_pipelines.experiment import ExperimentError
-
 COMMANDS = (
     "demo",
     "tokenize",
@@ -33,7 +31,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return args.run(args)
-    except (ExperimentError, FileNotFoundError, ValueError) as e:  # bad input: a message, not a traceback
+    # bad input (ExperimentError is a ValueError): a message, not a traceback
+    except (FileNotFoundError, ValueError) as e:
         print(f"marin-pipelines: error: {e}", file=sys.stderr)
         return 2
 

@@ -11,8 +11,6 @@ import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from marin_pipelines.experiment import default_store_root
-
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     demo = subparsers.add_parser("demo", help="materialise the whole demo graph here, then summarise")
@@ -24,6 +22,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run_demo(warc_root: str | None, store_root: str | None) -> int:
     from dagster import DagsterInstance
 
+    from marin_pipelines.experiment import default_store_root
     from marin_pipelines.experiments.demo import demo
     from marin_pipelines.jobs.local import materialize_experiment
     from marin_pipelines.summary import experiment_summary

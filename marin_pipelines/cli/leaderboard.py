@@ -5,8 +5,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from marin_pipelines.experiment import default_store_root
-
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("leaderboard", help="print the speedrun leaderboard and write its plot")
@@ -23,6 +21,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def print_leaderboard(results: Path | None, store_root: str | None, out: Path) -> int:
+    from marin_pipelines.experiment import default_store_root
     from marin_pipelines.scaling.speedrun import leaderboard_markdown, load_results, plot_leaderboard
 
     if results is None:

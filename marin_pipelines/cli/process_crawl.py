@@ -12,12 +12,11 @@ import argparse
 import json
 import os
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from marin_pipelines.crawl.snapshots import SNAPSHOT_KEY, files_fingerprint
-from marin_pipelines.crawl.web_documents import crawl_path, find_warc_files, write_web_documents
-from marin_pipelines.experiment import Experiment
-from marin_pipelines.store import Artifact, ArtifactStore, PendingArtifact
+if TYPE_CHECKING:
+    from marin_pipelines.experiment import Experiment
+    from marin_pipelines.store import Artifact, PendingArtifact
 
 EXPERIMENT = "process_crawl"
 DOCUMENT_STAGES = ("web_documents", "extracted_text", "filtered_text", "deduplicated_text")
@@ -49,7 +48,11 @@ def process_crawl(
     progress: Callable[[str], None] = lambda _: None,
 ) -> dict[str, dict[str, Any]]:
     """Read, extract, filter and deduplicate the files as one snapshot; returns each stage's funnel."""
-    from marin_pipelines.documents import run_stage  # heavy imports here keep `--help` fast
+    from marin_pipelines.crawl.snapshots import SNAPSHOT_KEY, files_fingerprint  # here: `--help` stays fast
+    from marin_pipelines.crawl.web_documents import crawl_path, find_warc_files, write_web_documents
+    from marin_pipelines.documents import run_stage
+    from marin_pipelines.experiment import Experiment
+    from marin_pipelines.store import ArtifactStore
     from marin_pipelines.text.deduplicated_text import deduplicate_snapshot
     from marin_pipelines.text.extracted_text import extract_text
     from marin_pipelines.text.filtered_text import filter_text

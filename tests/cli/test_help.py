@@ -1,0 +1,16 @@
+import subprocess
+import sys
+
+HEAVY = ("jax", "dagster", "matplotlib", "marin_pipelines.experiment")
+
+
+def test_help_imports_no_heavy_library():
+    """`--help` and argument errors answer at once: every subcommand imports its libraries when it runs."""
+    code = (
+        "import sys\n"
+        "from marin_pipelines.cli import main\n"
+        "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+        f"print(sorted(m for m in {HEAVY!r} if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "process-crawl" in out and out.strip().splitlines()[-1] == "[]"
