@@ -15,6 +15,7 @@ COMMANDS = (
     "tokenize",
     "train",
     "checkpoint_info",
+    "export_hf",
     "eval",
     "fit_scaling_law",
     "leaderboard",

@@ -1,4 +1,5 @@
-"""Export a checkpoint to Hugging Face format: ``model.safetensors`` + ``config.json``.
+"""Export a checkpoint to Hugging Face format: ``model.safetensors`` + ``config.json`` (+ the run's
+``tokenizer.json`` when the training directory has one, so the folder loads on its own).
 
 Our layers map one to one onto ``LlamaForCausalLM`` (RoPE on channel halves, as HF's
 ``rotate_half``); with QK-norm the model is exactly ``Qwen3ForCausalLM`` (RMSNorm over each head's
@@ -9,12 +10,14 @@ queries and keys before RoPE), so it is exported as that. Kernels are stored (in
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from safetensors.numpy import save_file
 
+from marin_pipelines.tokenize.tokenizer import TOKENIZER_FILE
 from marin_pipelines.train.checkpoint import load_params
 from marin_pipelines.train.model import LlamaConfig
 from marin_pipelines.train.resume import flatten
@@ -85,4 +88,6 @@ def export_hf(train_dir: Path, out_dir: Path) -> dict[str, Any]:
     )
     hf = hf_config(config)
     (out_dir / CONFIG_FILE).write_text(json.dumps(hf, indent=2))
+    if (Path(train_dir) / TOKENIZER_FILE).is_file():
+        shutil.copyfile(Path(train_dir) / TOKENIZER_FILE, out_dir / TOKENIZER_FILE)
     return hf

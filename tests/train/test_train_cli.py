@@ -139,3 +139,18 @@ def test_local_launcher_streams_metrics_through_pipes(token_cache, tmp_path):
     assert [m["step"] for m in messages] == [0, 4, 8]
     assert all({"loss", "grad_norm", "lr", "tokens_per_s", "mfu", "skipped"} <= m.keys() for m in messages)
     assert (tmp_path / "out" / "train.json").is_file()
+
+
+def test_export_hf_writes_a_folder_that_loads_on_its_own(config_file, token_cache, tmp_path, capsys):
+    short = tmp_path / "short.yaml"
+    short.write_text(yaml.safe_dump({**CONFIG, "train": {**CONFIG["train"], "steps": 3, "warmup_steps": 1}}))
+    run, hf = tmp_path / "run", tmp_path / "hf"
+    assert main(["train", "--config", str(short), "--data", str(token_cache), "--out", str(run)]) == 0
+    capsys.readouterr()
+    assert main(["export-hf", str(run), "--out", str(hf)]) == 0
+    config = json.loads(capsys.readouterr().out)
+    assert config == json.loads((hf / "config.json").read_text())
+    assert config["architectures"][0].endswith("ForCausalLM") and (hf / "model.safetensors").stat().st_size
+    assert (hf / "tokenizer.json").read_bytes() == (token_cache / "tokenizer.json").read_bytes()
+    assert main(["export-hf", str(tmp_path), "--out", str(tmp_path / "x")]) == 2
+    assert "not a training directory" in capsys.readouterr().err
