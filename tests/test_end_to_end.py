@@ -94,6 +94,18 @@ def test_missing_crawl_folder_is_a_clear_error(tmp_path, capsys):
     assert "nowhere" in err and "Traceback" not in err
 
 
+@pytest.mark.parametrize("name", ["demo", "datashop"])
+def test_demo_command_materialises_the_chosen_experiment(name, tmp_path, capsys, monkeypatch):
+    import marin_pipelines.jobs.local
+
+    def stop(experiment, *args, **kwargs):
+        raise RuntimeError(f"asked to materialise {experiment.name}")
+
+    monkeypatch.setattr(marin_pipelines.jobs.local, "materialize_experiment", stop)
+    assert main(["demo", "--experiment", name, "--store-root", str(tmp_path)]) == 1
+    assert f"asked to materialise {name}" in capsys.readouterr().err
+
+
 def test_empty_crawl_folder_is_a_clear_error(tmp_path, capsys):
     (tmp_path / "crawl").mkdir()
     assert main(["demo", "--warc-root", str(tmp_path / "crawl"), "--store-root", str(tmp_path)]) != 0

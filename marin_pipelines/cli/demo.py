@@ -1,4 +1,5 @@
-"""`marin-pipelines demo`: materialise the whole demo experiment in this process and summarise it."""
+"""`marin-pipelines demo`: materialise a whole experiment (the demo, or its Datashop variant) in this
+process and summarise it."""
 
 from __future__ import annotations
 
@@ -11,23 +12,32 @@ import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+EXPERIMENTS = ("demo", "datashop")
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     demo = subparsers.add_parser("demo", help="materialise the whole demo graph here, then summarise")
     demo.add_argument("--warc-root", help="folder of WARC/ARC files (default: build the embedded demo crawl)")
     demo.add_argument("--store-root", default=None, help="where outputs go (default: .marin/store)")
-    demo.set_defaults(run=lambda args: run_demo(args.warc_root, args.store_root))
+    demo.add_argument(
+        "--experiment",
+        choices=EXPERIMENTS,
+        default="demo",
+        help="demo, or datashop: the demo with LM-labelled examples training the quality classifier",
+    )
+    demo.set_defaults(run=lambda args: run_demo(args.warc_root, args.store_root, args.experiment))
 
 
-def run_demo(warc_root: str | None, store_root: str | None) -> int:
+def run_demo(warc_root: str | None, store_root: str | None, name: str = "demo") -> int:
     from dagster import DagsterInstance
 
     from marin_pipelines.experiment import default_store_root
+    from marin_pipelines.experiments.datashop import datashop
     from marin_pipelines.experiments.demo import demo
     from marin_pipelines.jobs.local import materialize_experiment
     from marin_pipelines.summary import experiment_summary
 
-    experiment = demo(warc_root)
+    experiment = {"demo": demo, "datashop": datashop}[name](warc_root)
     instance = DagsterInstance.get() if os.environ.get("DAGSTER_HOME") else DagsterInstance.ephemeral()
     started = time.time()
 
