@@ -242,8 +242,11 @@ STAGES: dict[str, Stage] = {
     "ladder_eval_results": Stage(
         ("ladder_checkpoint", "tokenized_cache", "tokenizer"), ("eval_batch_size", "evals"), revision=2
     ),
-    # the preregistered prediction depends on the ladder only, never on the run it predicts
-    "scaling_prediction": Stage(("ladder_eval_results", "tokenized_cache"), ("model", "train", "ladder")),
+    # the preregistered prediction depends on the ladder only, never on the run it predicts;
+    # revision 2: the ladder's diagnostics (unigram baseline, target epochs)
+    "scaling_prediction": Stage(
+        ("ladder_eval_results", "tokenized_cache"), ("model", "train", "ladder"), revision=2
+    ),
     "scaling_law": Stage(("scaling_prediction", "eval_results"), (), revision=2),
     "speedrun_leaderboard": Stage(
         ("tokenized_cache", "tokenizer"), ("speedrun_submissions", "eval_batch_size")

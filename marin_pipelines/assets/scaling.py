@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import numpy as np
 from dagster import (
     AssetCheckResult,
     AssetCheckSeverity,
@@ -28,12 +27,7 @@ from marin_pipelines.evals.checkpoint_eval import EvalConfig
 from marin_pipelines.experiment import Experiment
 from marin_pipelines.resources.launcher import LauncherResource
 from marin_pipelines.scaling.fit import fit, law_from_dict
-from marin_pipelines.scaling.ladder_diagnostics import (
-    MAX_TARGET_EPOCHS,
-    ladder_diagnostics,
-    target_epochs,
-    unigram_loss,
-)
+from marin_pipelines.scaling.ladder_diagnostics import MAX_TARGET_EPOCHS, mixture_diagnostics
 from marin_pipelines.scaling.scaling_law import budget_key, plot_scaling_law
 from marin_pipelines.scaling.speedrun import (
     Submission,
@@ -85,22 +79,6 @@ def fit_metadata(fitted: dict[str, Any]) -> dict[str, Any]:
     return {**fitted["law"], **{key: fitted[key] for key in keys}}
 
 
-def diagnose(experiment: Experiment, runs: list[dict[str, Any]], target: dict[str, Any], cache: Artifact):
-    """The ladder against the training mixture: the pooled unigram loss and the target's epochs."""
-    sources = {
-        name: (source.weight, TokenCache(source.cache or cache.path))
-        for name, source in experiment.data_mixture.sources.items()
-    }
-    vocab = cache.metadata["vocab_size"]
-    unigram = unigram_loss(
-        [np.asarray(c.train) for _, c in sources.values()],
-        [np.asarray(c.validation) for _, c in sources.values()],
-        vocab,
-    )
-    epochs = target_epochs(target["tokens"], {n: (w, len(c.train)) for n, (w, c) in sources.items()})
-    return ladder_diagnostics(runs, unigram, epochs)
-
-
 def scaling_assets(experiment: Experiment) -> list[AssetsDefinition]:
     ladder = experiment.ladder
 
@@ -124,7 +102,12 @@ def scaling_assets(experiment: Experiment) -> list[AssetsDefinition]:
             ),
         }
         extrapolation = target["flops"] / max(r["budget"] for r in runs)
-        diagnostics = diagnose(experiment, runs, target, tokenized_cache)
+        sources = {
+            name: (source.weight, TokenCache(source.cache or tokenized_cache.path))
+            for name, source in experiment.data_mixture.sources.items()
+        }
+        vocab_size = tokenized_cache.metadata["vocab_size"]
+        diagnostics = mixture_diagnostics(runs, sources, target["tokens"], vocab_size)
         plot_scaling_law(runs, law_fit.law, out.path / PLOT, predictions=[target])
         fitted = law_fit.as_dict()
         (out.path / PREDICTION).write_text(

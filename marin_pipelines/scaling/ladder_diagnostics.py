@@ -9,23 +9,38 @@ and diminishing returns beyond. Both are cheap to see from the cache, so the pre
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from itertools import chain
 from typing import Any
 
 import numpy as np
 
+from marin_pipelines.tokenize.tokenized_cache import TokenCache, TokenSplit
+
 MAX_TARGET_EPOCHS = 4.0  # Muennighoff et al. (2023): repeated data is close to unique up to ~4 epochs
+BLOCK_TOKENS = 1 << 24  # counted at a time: a cache of billions of tokens in bounded memory
 
 
-def unigram_loss(train: Sequence[np.ndarray], validation: Sequence[np.ndarray], vocab_size: int) -> float:
+def blocks(split: TokenSplit) -> Iterator[np.ndarray]:
+    """A split's tokens, ``BLOCK_TOKENS`` at a time."""
+    for start in range(0, len(split), BLOCK_TOKENS):
+        yield split.windows(np.array([start]), min(BLOCK_TOKENS, len(split) - start))[0]
+
+
+def unigram_loss(train: Iterable[np.ndarray], validation: Iterable[np.ndarray], vocab_size: int) -> float:
     """Validation cross-entropy (nats per token) of train's token frequencies, add-1/2 smoothed.
 
-    Several sources are pooled, as the mixture's validation loss pools them (nats over tokens).
+    ``train`` and ``validation`` are blocks of tokens: several sources are pooled, as the mixture's
+    validation loss pools them (nats over tokens).
     """
-    counts = sum(np.bincount(np.asarray(t, dtype=np.int64), minlength=vocab_size) for t in train)
+    counts = np.zeros(vocab_size, np.int64)
+    for block in train:
+        counts += np.bincount(np.asarray(block, dtype=np.int64), minlength=vocab_size)
     log_p = np.log(counts + 0.5) - np.log(counts.sum() + 0.5 * vocab_size)
-    nats = sum(float(-log_p[np.asarray(v, dtype=np.int64)].sum()) for v in validation)
-    tokens = sum(len(v) for v in validation)
+    nats, tokens = 0.0, 0
+    for block in validation:
+        nats += float(-log_p[np.asarray(block, dtype=np.int64)].sum())
+        tokens += len(block)
     if tokens == 0:
         raise ValueError("the validation split is empty: no baseline loss to compare the ladder with")
     return nats / tokens
@@ -34,8 +49,28 @@ def unigram_loss(train: Sequence[np.ndarray], validation: Sequence[np.ndarray], 
 def target_epochs(target_tokens: float, sources: dict[str, tuple[float, int]]) -> float:
     """How many times the target run reads its most repeated source: ``sources`` maps a name to
     (weight, unique training tokens); weights are shares of every batch."""
+    empty = [name for name, (_, unique) in sources.items() if unique == 0]
+    if empty:
+        raise ValueError(f"mixture sources {empty} have no training tokens")
     total = sum(weight for weight, _ in sources.values())
     return max(target_tokens * weight / total / unique for weight, unique in sources.values())
+
+
+def mixture_diagnostics(
+    runs: Sequence[dict[str, Any]],
+    sources: dict[str, tuple[float, TokenCache]],
+    target_tokens: float,
+    vocab_size: int,
+) -> dict[str, Any]:
+    """``ladder_diagnostics`` against a training mixture: ``sources`` maps a name to (weight, cache)."""
+    caches = [cache for _, cache in sources.values()]
+    unigram = unigram_loss(
+        chain.from_iterable(blocks(c.train) for c in caches),
+        chain.from_iterable(blocks(c.validation) for c in caches),
+        vocab_size,
+    )
+    epochs = target_epochs(target_tokens, {name: (w, len(c.train)) for name, (w, c) in sources.items()})
+    return ladder_diagnostics(runs, unigram, epochs)
 
 
 def ladder_diagnostics(runs: Sequence[dict[str, Any]], unigram: float, epochs: float) -> dict[str, Any]:
