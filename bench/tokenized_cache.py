@@ -6,7 +6,8 @@ Prints, for real web pages from ../shared/data repeated to ``--mb`` megabytes:
 - datatrove's DocumentTokenizer on the same parquet files and tokenizer.json (offline),
 - the loader: batches per second at the demo's shape (16 x 128) and the latency of a seek to a random step.
 Each timing is the median of ``--repeats`` rounds, each round running every contender once (so a
-change in the machine's load hits all of them alike); ratios compare medians. Datatrove's rounds come
+change in the machine's load hits all of them alike); ours / upper bound is the median of the rounds'
+ratios (see ``paired_ratio``), ours / datatrove a ratio of medians. Datatrove's rounds come
 last: once its DocumentTokenizer has run in a process, HF tokenizers there takes far more CPU (the raw
 encoding of 8 MB went from 3.0 to 5-6 CPU-seconds), which would slow the others. Every contender runs
 with the same thread settings, printed with the load average: the raw encoder and our one-process build
@@ -59,18 +60,33 @@ def page_texts() -> list[str]:
     return texts
 
 
-def median_seconds(
+def timed_rounds(
     contenders: dict[str, tuple[Callable[[], object], Callable[[], None]]], repeats: int
-) -> dict[str, float]:
-    """Median seconds of each ``(run, reset)``, over ``repeats`` rounds that run each contender once."""
-    times: dict[str, list[float]] = {name: [] for name in contenders}
-    for _ in range(repeats):
-        for name, (run, reset) in contenders.items():
+) -> dict[str, list[tuple[float, float]]]:
+    """``(wall, CPU)`` seconds of each ``(run, reset)`` in each of ``repeats`` rounds that run every
+    contender once, in reverse order every other round (so that none always follows the same one).
+    CPU counts this process and its reaped children (a pool's workers)."""
+    times: dict[str, list[tuple[float, float]]] = {name: [] for name in contenders}
+    for round_ in range(repeats):
+        for name, (run, reset) in list(contenders.items())[:: 1 if round_ % 2 == 0 else -1]:
             reset()
-            started = time.perf_counter()
+            cpu, started = _cpu_seconds(), time.perf_counter()
             run()
-            times[name].append(time.perf_counter() - started)
-    return {name: statistics.median(seconds) for name, seconds in times.items()}
+            times[name].append((time.perf_counter() - started, _cpu_seconds() - cpu))
+    return times
+
+
+def _cpu_seconds() -> float:
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
+def paired_ratio(rounds: dict[str, list[tuple[float, float]]], numerator: str, denominator: str) -> str:
+    """Median, min and max over rounds of numerator / denominator wall time. Each round runs both within
+    seconds of each other, so a drift in the machine's speed (measured: +-20% over minutes on a shared
+    host) cancels in a round's ratio but not in a ratio of medians."""
+    ratios = sorted(n[0] / d[0] for n, d in zip(rounds[numerator], rounds[denominator], strict=True))
+    return f"{statistics.median(ratios):.2f}x (rounds {ratios[0]:.2f}x to {ratios[-1]:.2f}x)"
 
 
 def main() -> None:
@@ -133,7 +149,8 @@ def main() -> None:
         return executor.run
 
     logging.getLogger("datatrove").setLevel(logging.WARNING)
-    contenders = {"raw tokenizers encode_batch_fast (upper bound)": (raw, lambda: None)}
+    upper = "raw tokenizers encode_batch_fast (upper bound)"
+    contenders = {upper: (raw, lambda: None)}
     for workers in (1, 2):
         contenders[f"ours: cache build, {workers} process(es)"] = (ours(workers), fresh("ours"))
     peers = {
@@ -143,16 +160,18 @@ def main() -> None:
         )
         for workers in (1, 2)
     }
-    rows = median_seconds(contenders, args.repeats) | median_seconds(peers, args.repeats)
+    rounds = timed_rounds(contenders, args.repeats) | timed_rounds(peers, args.repeats)
+    wall = {name: statistics.median(w for w, _ in times) for name, times in rounds.items()}
     threads = {key: os.environ.get(key, "unset") for key in ("RAYON_NUM_THREADS", "TOKENIZERS_PARALLELISM")}
     print(f"{len(os.sched_getaffinity(0))} cores, {threads}, load average {os.getloadavg()}")
-    for name, seconds in rows.items():
-        print(f"  {name:<50} {seconds:7.2f} s   {megabytes / seconds:6.2f} MB/s")
-    best_ours = min(v for k, v in rows.items() if k.startswith("ours"))
-    best_datatrove = min(v for k, v in rows.items() if k.startswith("datatrove"))
-    upper = rows["raw tokenizers encode_batch_fast (upper bound)"]
-    print(f"ours / upper bound: {upper / best_ours:.2f}x (goal >= 0.9x)")
-    print(f"ours / datatrove:   {best_datatrove / best_ours:.2f}x (goal >= 1.5x)")
+    print(f"  {'median of ' + str(args.repeats) + ' rounds':<50} {'wall':>9}   {'MB/s':>6}   {'CPU':>7}")
+    for name, times in rounds.items():
+        cpu = statistics.median(c for _, c in times)
+        print(f"  {name:<50} {wall[name]:7.2f} s   {megabytes / wall[name]:6.2f}   {cpu:5.2f} s")
+    best_ours = min((k for k in wall if k.startswith("ours")), key=wall.__getitem__)
+    best_datatrove = min((k for k in wall if k.startswith("datatrove")), key=wall.__getitem__)
+    print(f"ours / upper bound: {paired_ratio(rounds, upper, best_ours)} (goal >= 0.9x)")
+    print(f"ours / datatrove:   {wall[best_datatrove] / wall[best_ours]:.2f}x (goal >= 1.5x)")
 
     loader = MixtureLoader.from_config(MixtureConfig(), str(tmp / "ours"), seq_len=128, batch_size=16, seed=0)
     rng = np.random.default_rng(0)
