@@ -13,7 +13,7 @@ import pytest
 from pydantic import ValidationError
 from tokenizers import Tokenizer, models
 
-from marin_pipelines.tokenize import text_sources
+from marin_pipelines.tokenize import text_sources, tokenized_cache
 from marin_pipelines.tokenize.text_sources import read_chunk, text_chunks
 from marin_pipelines.tokenize.tokenized_cache import CacheConfig, TokenCache, build_cache, split_key
 from marin_pipelines.tokenize.tokenizer import EOS
@@ -125,6 +125,18 @@ def test_a_small_build_always_has_a_validation_document(
     )
     single = build([write_parquet(docs[:1], tmp_path / "single", 1)], tokenizer, tmp_path / "single-cache")
     assert single["splits"]["validation"]["documents"] == 0  # one document: kept for training
+
+
+def test_encode_batch_size_never_changes_the_bytes(
+    tokenizer: Tokenizer, tmp_path: Path, make_docs, write_parquet, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Chunks cut into many encode batches, several in flight, give the cache of one batch per chunk."""
+    inputs = write_parquet(make_docs(200), tmp_path / "in", files=2)
+    build([inputs], tokenizer, tmp_path / "whole", validation_fraction=0.2)
+    monkeypatch.setattr(tokenized_cache, "ENCODE_CHARS", 300)
+    monkeypatch.setattr(tokenized_cache, "ENCODE_AHEAD", 3)
+    build([inputs], tokenizer, tmp_path / "pieces", validation_fraction=0.2)
+    assert tree(tmp_path / "pieces") == tree(tmp_path / "whole")
 
 
 def test_chunks_without_documents(
