@@ -64,6 +64,9 @@ def evaluate(
         out.path / RESULTS,
     )
     results = json.loads((out.path / RESULTS).read_text())
+    reported = [m["evaluated_on"] for m in messages if isinstance(m, dict) and "evaluated_on" in m]
+    if not reported:  # the results are in the file; only where they were computed is unknown
+        context.log.warning("the evaluation sent no summary message: evaluated_on is not reported")
     flat = scores(results)
     mixture = combine_bpb([results["bpb"][name] for name in validation])
     trained = checkpoint.metadata  # N is non-embedding params: at these sizes embeddings dominate the count
@@ -75,7 +78,7 @@ def evaluate(
         flops=trained["flops"],
         scores=flat,
         tasks=experiment.evals.tasks,
-        evaluated_on=messages[-1]["evaluated_on"],
+        evaluated_on=reported[-1] if reported else "not reported",
     )
     previous = previous_scores([experiment.name, stage], experiment.versions[stage])
     table = {"results": results_table(flat)}
