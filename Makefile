@@ -17,10 +17,12 @@ $(STAMP): pyproject.toml requirements.lock
 	$(PY) -m pip install --quiet -c requirements.lock -e '.[dev]'
 	touch $(STAMP)
 
+# the demo and its z-loss ablation (which shares every data step and the demo's run)
 demo: install
 	$(VENV)/bin/marin-pipelines demo
 
 test: install
+	$(VENV)/bin/dg check defs
 	$(VENV)/bin/pytest
 
 ui: install

@@ -31,7 +31,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from marin_pipelines.cli.process_crawl import process_crawl
-from marin_pipelines.experiment import Experiment
+from marin_pipelines.crawl.web_documents import WebDocumentsConfig
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 
@@ -46,8 +46,8 @@ def build_warc(folder: Path, copies: int) -> tuple[Path, int]:
 
 
 def ours(warc: Path, out: Path, workers: int, shard_docs: int) -> int:
-    experiment = Experiment.build(name="bench", web_documents={"shard_docs": shard_docs}, workers=workers)
-    funnels = process_crawl([warc], out, workers=workers, experiment=experiment)
+    configs = {"web_documents": WebDocumentsConfig(shard_docs=shard_docs)}
+    funnels = process_crawl([warc], out, workers=workers, configs=configs)
     return funnels["deduplicated_text"]["docs_out"]
 
 

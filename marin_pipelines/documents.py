@@ -65,6 +65,13 @@ class Funnel:
         )
 
 
+def funnel_conserved(artifact: Any) -> tuple[bool, dict[str, Any]]:
+    """Every document that came in was either kept or removed for a named reason."""
+    funnel = Funnel.from_dict(artifact.metadata["funnel"])
+    removed = sum(funnel.removed.values())
+    return funnel.conserved, {"docs_in": funnel.docs_in, "docs_out": funnel.docs_out, "removed": removed}
+
+
 class ShardWriter:
     """Writes rows into numbered parquet shards of at most ``shard_size`` rows.
 

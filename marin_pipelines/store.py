@@ -83,11 +83,33 @@ class ArtifactStore:
             return None
         return Artifact(path, json.loads(manifest.read_text()))
 
+    def others(self, asset_path: list[str], version: str, partition: str | None = None) -> list[Artifact]:
+        """Complete artifacts of the same asset and partition at other versions, newest first."""
+        folder = self.path(asset_path, version, partition).parent
+        found = [
+            artifact
+            for path in (folder.iterdir() if folder.is_dir() else [])
+            if path.name != version
+            and not path.name.startswith(".")
+            and (artifact := self.get(asset_path, path.name, partition)) is not None
+        ]
+        return sorted(found, key=lambda a: a.manifest.get("created", ""), reverse=True)
+
     @contextmanager
     def write(
-        self, asset_path: list[str], version: str, partition: str | None = None, config: Any = None
+        self,
+        asset_path: list[str],
+        version: str,
+        partition: str | None = None,
+        config: Any = None,
+        upstream: dict[str, str] | None = None,
+        made_by: dict[str, str] | None = None,
     ) -> Iterator[PendingArtifact]:
-        """Write an artifact atomically; on any error the temporary directory is removed."""
+        """Write an artifact atomically; on any error the temporary directory is removed.
+
+        ``config``, ``upstream`` (input -> step@version) and ``made_by`` (the run: its id) go into the
+        manifest: what made this version, and who.
+        """
         final = self.path(asset_path, version, partition)
         tmp = final.with_name(f".{final.name}.tmp-{uuid.uuid4().hex[:8]}")
         tmp.mkdir(parents=True)
@@ -101,6 +123,8 @@ class ArtifactStore:
                 "partition": partition,
                 "version": version,
                 "config": config,
+                "upstream": upstream or {},
+                "made_by": made_by or {},
                 "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                 "wall_seconds": round(time.time() - started, 3),
                 "files": [

@@ -1,4 +1,8 @@
-"""The plain-text summary `make demo` ends with, read back from the artifact store."""
+"""The plain-text summary `make demo` ends with, read back from the artifact store.
+
+It covers whatever steps the experiment has: document funnels, tokens, each run and its evaluation, a
+scaling law with its preregistered prediction, the speedrun, and a comparison's table.
+"""
 
 from __future__ import annotations
 
@@ -7,76 +11,92 @@ from typing import TYPE_CHECKING
 
 from marin_pipelines.documents import Funnel
 from marin_pipelines.experiment import Experiment
+from marin_pipelines.steps import Step
 from marin_pipelines.store import Artifact, ArtifactStore
 
 if TYPE_CHECKING:
-    from marin_pipelines.jobs.local import ExperimentRun
+    from marin_pipelines.defs.local_run import ExperimentRun
 
 DOCUMENT_STAGES = ("web_documents", "extracted_text", "filtered_text", "deduplicated_text", "curated_text")
 
 
 def experiment_summary(experiment: Experiment, store_root: str, run: ExperimentRun, seconds: float) -> str:
     store = ArtifactStore(store_root)
-    versions = experiment.versions
 
-    def get(stage: str, partition: str | None = None) -> Artifact:
-        artifact = store.get([experiment.name, stage], versions[stage], partition)
+    def get(step: Step, partition: str | None = None) -> Artifact:
+        artifact = store.get(step.key, step.version, partition)
         if artifact is None:
-            raise FileNotFoundError(f"{experiment.name}/{stage} has no complete output under {store_root}")
+            raise FileNotFoundError(f"{step.name} has no complete output under {store_root}")
         return artifact
+
+    def of(stage: str) -> list[Step]:
+        return [s for s in experiment.all_steps if s.stage.name == stage]
 
     total, reused = len(run.materialized), run.reused
     work = "nothing recomputed, every output reused" if reused == total else f"{total - reused} computed"
     lines = [f"== {experiment.name}: {total} assets materialised in {seconds:.1f} s ({work})"]
     lines.append(f"   outputs under {store.root}")
-    snapshots = experiment.snapshots
-    lines.append(f"documents per stage, {len(snapshots)} snapshot(s) (in -> kept; removed by reason):")
-    for stage in DOCUMENT_STAGES:
-        partitions = snapshots if experiment.stages[stage].per_snapshot else [None]
-        funnel = sum((Funnel.from_dict(get(stage, p).metadata["funnel"]) for p in partitions), Funnel())
-        by_family = Counter()  # "gopher_repetition:dup_5_gram" counts under gopher_repetition
+    lines += _funnels(experiment, get)
+    for cache in of("tokenized_cache"):
+        meta = get(cache).metadata
+        lines.append(
+            f"tokens ({cache.name}): {meta['train_tokens']:,} train / {meta['validation_tokens']:,} "
+            f"validation, vocabulary {meta['vocab_size']:,}"
+        )
+    for evaluation in of("eval_results"):
+        run_step = evaluation.inputs["checkpoint"]
+        ckpt, evals = get(run_step).metadata, get(evaluation).metadata
+        lines.append(
+            f"{run_step.name}: {ckpt['params']:,} params, {ckpt['tokens_seen']:,} tokens, "
+            f"train loss {ckpt['initial_loss']:.3f} -> {ckpt['final_loss']:.3f}; validation loss "
+            f"{evals['loss']:.3f}, bits-per-byte {evals['bits_per_byte']:.3f}"
+        )
+        tasks = [f"{k} {v:.3f}" for k, v in evals["scores"].items() if not k.startswith(("bpb/", "loss/"))]
+        if tasks:
+            lines.append(f"  tasks: {', '.join(tasks)}")
+    for law_step in of("scaling_law"):
+        lines += _scaling(get(law_step).metadata, get(law_step.inputs["scaling_prediction"]).metadata)
+    for board in of("speedrun_leaderboard"):
+        if runs := get(board).metadata["runs"]:
+            lines.append(f"speedrun: {runs} runs, `marin-pipelines leaderboard` prints the table")
+    for comparison in of("comparison"):
+        meta = get(comparison).metadata
+        lines.append(f"comparison ({comparison.name}), best {meta['best']}:")
+        lines.append(f"  hypothesis: {meta['markdown']['hypothesis']}")
+        lines += [f"  {row}" for row in meta["markdown"]["comparison"].splitlines()]
+    failed = run.failed_checks
+    lines.append(f"asset checks: {len(run.checks) - len(failed)} passed")
+    lines += [f"  {'FAILED' if c.blocking else 'WARNING'}: {c} did not pass" for c in failed]
+    return "\n".join(lines)
+
+
+def _funnels(experiment: Experiment, get) -> list[str]:
+    steps = [s for s in experiment.all_steps if s.stage.name in DOCUMENT_STAGES]
+    if not steps:
+        return []
+    lines = ["documents per step (in -> kept; removed by reason):"]
+    for step in steps:
+        partitions = step.snapshots if step.partitioning == "snapshot" else [None]
+        funnel = sum((Funnel.from_dict(get(step, p).metadata["funnel"]) for p in partitions), Funnel())
+        by_family: Counter[str] = Counter()  # "gopher_repetition:dup_5_gram" counts under gopher_repetition
         for reason, n in funnel.removed.items():
             by_family[reason.split(":")[0]] += n
         reasons = ", ".join(f"{family} {n}" for family, n in by_family.most_common())
-        lines.append(f"  {stage:<18} {funnel.docs_in:>6} -> {funnel.docs_out:>6}   {reasons or '-'}")
-    cache = get("tokenized_cache").metadata
-    lines.append(
-        f"tokens: {cache['train_tokens']:,} train / {cache['validation_tokens']:,} validation, "
-        f"vocabulary {cache['vocab_size']:,}"
-    )
-    ckpt, evals = get("checkpoint").metadata, get("eval_results").metadata
-    lines.append(
-        f"checkpoint: {ckpt['params']:,} params, {ckpt['tokens_seen']:,} tokens, train loss "
-        f"{ckpt['initial_loss']:.3f} -> {ckpt['final_loss']:.3f}"
-    )
-    lines.append(f"eval: validation loss {evals['loss']:.3f}, bits-per-byte {evals['bits_per_byte']:.3f}")
-    tasks = [
-        f"{name} {value:.3f}"
-        for name, value in evals["scores"].items()
-        if not name.startswith(("bpb/", "loss/"))
-    ]
-    if tasks:
-        lines.append(f"eval tasks: {', '.join(tasks)}")
-    law, prediction = get("scaling_law").metadata, get("scaling_prediction").metadata
-    lines.append(
-        f"scaling ladder (validation loss; a unigram model scores {prediction['unigram_loss']:.3f}):"
-    )
+        lines.append(f"  {step.name:<34} {funnel.docs_in:>6} -> {funnel.docs_out:>6}   {reasons or '-'}")
+    return lines
+
+
+def _scaling(law: dict, prediction: dict) -> list[str]:
+    lines = [f"scaling ladder (validation loss; a unigram model scores {prediction['unigram_loss']:.3f}):"]
     for r in law["runs"]:
         lines.append(f"  {r['run']:<14} N={r['params']:>9,}  D={r['tokens']:>9,}  loss {r['loss']:.3f}")
     lines.append(f"fitted law ({law['method']}): {law['formula']}  (N non-embedding params, D tokens)")
     main, ladder_top = law["main_run"], max(r["budget"] for r in law["runs"])
     low, high = main["loss_interval"]
     lines.append(
-        f"main run ({main['flops']:.2g} FLOPs, {main['flops'] / ladder_top:.0f}x the ladder's top budget), "
+        f"target run ({main['flops']:.2g} FLOPs, {main['flops'] / ladder_top:.0f}x the ladder's top budget), "
         f"preregistered before it ran: loss {main['predicted_loss']:.3f} [{low:.3f}, {high:.3f}], "
         f"actual {main['actual_loss']:.3f} ({100 * main['relative_error']:+.1f}%)"
     )
     lines += [f"  ladder warning: {warning}" for warning in prediction["warnings"]]
-    board = get("speedrun_leaderboard").metadata
-    if board["runs"]:
-        lines.append(f"speedrun: {board['runs']} runs, `marin-pipelines leaderboard` prints the table")
-    failed = run.failed_checks
-    passed = len(run.checks) - len(failed)
-    lines.append(f"asset checks: {passed} passed")
-    lines += [f"  {'FAILED' if c.blocking else 'WARNING'}: {c} did not pass" for c in failed]
-    return "\n".join(lines)
+    return lines

@@ -4,20 +4,44 @@ import pyarrow.parquet as pq
 import pytest
 from dagster import DagsterInstance
 
-from marin_pipelines.experiment import STAGES, Experiment
+from marin_pipelines.defs.local_run import materialize_experiment
+from marin_pipelines.experiment import Experiment
+from marin_pipelines.experiments import datashop as datashop_module
 from marin_pipelines.experiments.datashop import datashop
-from marin_pipelines.jobs.local import materialize_experiment
+from marin_pipelines.experiments.defaults import crawl_and_text, quality_and_curation
 from marin_pipelines.store import ArtifactStore
 
-TINY_CRAWL = {"demo": {"pydoc_modules": ["json", "heapq", "bisect", "textwrap", "shlex"], "n_files": 2}}
+TINY_CRAWL = {"pydoc_modules": ["json", "heapq", "bisect", "textwrap", "shlex"], "n_files": 2}
+TEXT_STAGES = ["crawl", "web_documents", "extracted_text", "filtered_text", "deduplicated_text"]
+# the Datashop experiment's own settings, as it declares them
+DATASHOP = datashop_module.quality.quality_labels.config_json
+QUALITY = datashop_module.quality.quality_scores.config_json
+CURATION = datashop_module.quality.curated_text.config_json
 
 
-def tiny(**changes) -> Experiment:
-    fields = datashop().model_dump()
-    fields.update(
-        name="tiny_datashop", crawl=TINY_CRAWL, quality={**fields["quality"], "bucket": 10_000}, **changes
+def tiny(
+    name: str = "tiny_datashop",
+    crawl: dict = TINY_CRAWL,
+    datashop: dict | None = None,
+    curation: dict | None = None,
+) -> Experiment:
+    """The Datashop experiment's data part (crawl to curated text) on a tiny crawl of its own."""
+    text = crawl_and_text(name, demo=crawl)
+    quality = quality_and_curation(
+        name,
+        text.deduplicated_text,
+        datashop=datashop or DATASHOP,
+        quality={**QUALITY, "bucket": 10_000},
+        curation=curation or CURATION,
     )
-    return Experiment.build(**fields)
+    return Experiment(name, steps=[quality.curated_text])
+
+
+def versions(experiment: Experiment) -> dict[str, str]:
+    """Step versions by stage (one step per stage in these experiments)."""
+    out = {step.stage.name: step.version for step in experiment.all_steps}
+    assert len(out) == len(experiment.all_steps)
+    return out
 
 
 def materialize_data_part(
@@ -28,7 +52,9 @@ def materialize_data_part(
     through: str = "curated_text",
 ) -> dict[str, dict]:
     """Each crawl snapshot to deduplicated_text, then corpus stages up to ``through``; metadata by stage."""
-    run = materialize_experiment(experiment, root, instance, through=through, resources=resources)
+    run = materialize_experiment(
+        experiment, root, instance, through=f"{experiment.name}/{through}", resources=resources
+    )
     assert not run.failed_checks
     return {m.asset.split("/")[1]: m.metadata for m in run.materialized}
 
@@ -43,12 +69,13 @@ def data_part(tmp_path_factory):
 
 def test_labels_train_the_classifier_that_curates(data_part):
     experiment, root, _, meta = data_part
-    assert list(experiment.stages)[:8] == [
-        *list(STAGES)[:5],
+    assert [step.stage.name for step in experiment.all_steps] == [
+        *TEXT_STAGES,
         "quality_labels",
         "quality_scores",
         "curated_text",
     ]
+    assert set(meta) == set(versions(experiment))
     labels = meta["quality_labels"]
     assert "SimilarityAnnotator" in labels["annotator"] and "no language model" in labels["annotator"]
     distribution = labels["label_distribution"]
@@ -73,17 +100,12 @@ def test_labels_train_the_classifier_that_curates(data_part):
     assert curated["top_examples"].count("\n| ") == 3 and curated["bottom_examples"].count("\n| ") == 3
 
     store = ArtifactStore(root)
-    scored = pq.read_table(
-        store.get([experiment.name, "quality_scores"], experiment.versions["quality_scores"]).file(
-            "scores.parquet"
-        )
-    ).column("score")
+    scores_step = experiment.step(f"{experiment.name}/quality_scores")
+    labels_step = experiment.step(f"{experiment.name}/quality_labels")
+    scores_file = store.get(scores_step.key, scores_step.version).file("scores.parquet")
+    scored = pq.read_table(scores_file).column("score")
     assert max(scored.to_pylist()) - min(scored.to_pylist()) > 0.5  # the classifier tells documents apart
-    label_rows = pq.read_table(
-        store.get([experiment.name, "quality_labels"], experiment.versions["quality_labels"]).file(
-            "labels.parquet"
-        )
-    )
+    label_rows = pq.read_table(store.get(labels_step.key, labels_step.version).file("labels.parquet"))
     assert label_rows.num_rows == labels["documents"] and set(label_rows.column_names) >= {
         "id",
         "text",
@@ -94,28 +116,37 @@ def test_labels_train_the_classifier_that_curates(data_part):
 def test_a_new_curation_rule_recomputes_only_curated_text(data_part):
     experiment, root, instance, _ = data_part
     changed = tiny(curation={"threshold": 0.5})
-    different = {stage for stage in changed.versions if changed.versions[stage] != experiment.versions[stage]}
+    before, after = versions(experiment), versions(changed)
+    different = {stage for stage in after if after[stage] != before[stage]}
     assert different >= {"curated_text"} and not different & {"quality_labels", "quality_scores"}
     meta = materialize_data_part(changed, root, instance)
     reused = {stage for stage, m in meta.items() if m["reused"]}
-    assert reused == {*list(STAGES)[:5], "quality_labels", "quality_scores"}
+    assert reused == {*TEXT_STAGES, "quality_labels", "quality_scores"}
     assert not meta["curated_text"]["reused"]
 
 
 def test_a_new_keep_threshold_relabels_and_retrains(data_part):
     experiment, *_ = data_part
-    fields = experiment.model_dump()
-    changed = tiny(datashop={**fields["datashop"], "scale": {"min": 0, "max": 5, "keep": 4}})
-    different = {stage for stage in changed.versions if changed.versions[stage] != experiment.versions[stage]}
+    changed = tiny(datashop={**DATASHOP, "scale": {"min": 0, "max": 5, "keep": 4}})
+    before, after = versions(experiment), versions(changed)
+    different = {stage for stage in after if after[stage] != before[stage]}
     assert {"quality_labels", "quality_scores", "curated_text"} <= different
-    assert not different & set(list(STAGES)[:5])
+    assert not different & set(TEXT_STAGES)
+
+
+def test_the_tiny_variant_keeps_the_datashop_experiments_settings():
+    (labels,) = [s for s in datashop.all_steps if s.stage.name == "quality_labels"]
+    tiny_labels = tiny().step("tiny_datashop/quality_labels")
+    assert tiny_labels.config == labels.config  # rubric, sample, scale, annotator and examples
+    assert CURATION == {"threshold": None, "top_fraction": 0.5}
+    assert tiny().step("tiny_datashop/curated_text").config_json == CURATION
 
 
 def test_the_demo_graph_has_no_labelling_stage():
     from marin_pipelines.definitions import defs
     from marin_pipelines.experiments.demo import demo
 
-    assert demo().stages is STAGES
-    keys = {key.to_user_string() for key in defs.resolve_asset_graph().get_all_asset_keys()}
+    assert "quality_labels" not in {step.stage.name for step in demo.all_steps}
+    keys = {key.to_user_string() for key in defs().resolve_asset_graph().get_all_asset_keys()}
     assert "datashop/quality_labels" in keys and "demo/quality_labels" not in keys
-    assert {f"datashop/{stage}" for stage in datashop().stages} <= keys
+    assert {step.name for step in datashop.all_steps} <= keys

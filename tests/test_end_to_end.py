@@ -1,57 +1,106 @@
-"""The whole asset graph, materialised in process on a tiny crawl: the same path `make demo` takes."""
+"""The whole step graph, materialised in process on a tiny crawl: the same path `make demo` takes."""
 
 import json
 import math
+import sys
 
 import pytest
 from dagster import DagsterInstance
 
 from marin_pipelines.cli import main
-from marin_pipelines.experiment import STAGES, Experiment
-from marin_pipelines.jobs.local import materialize_experiment
+from marin_pipelines.defs.local_run import materialize_experiment
+from marin_pipelines.experiment import SKIPPED_MODULES, Experiment
+from marin_pipelines.experiments.defaults import (
+    crawl_and_text,
+    preregistered_target,
+    quality_and_curation,
+    scaling_ladder,
+    speedrun,
+    tokenizer_and_cache,
+)
+from marin_pipelines.scaling.scaling_law import budget_key
 from marin_pipelines.store import ArtifactStore
 
-TINY = dict(
-    name="tiny",
-    crawl={"demo": {"pydoc_modules": ["json", "heapq", "bisect", "textwrap", "shlex"], "n_files": 2}},
-    quality={"bucket": 10_000, "epoch": 5},
-    curation={"top_fraction": 0.9},
-    tokenizer={"vocab_size": 512},
-    cache={"validation_fraction": 0.1},
-    model={"size": "nano", "seq_len": 32},
-    train={"steps": 30, "batch_size": 8, "warmup_steps": 3, "log_every": 5},
-    eval_batch_size=8,
-    evals={"tasks": ["marin_python_mc", "marin_python_qa"]},
-    ladder={"sizes": ["nano", "micro"], "budgets": [3e9, 1e10], "batch_size": 8},
+SIZES, BUDGETS = ["nano", "micro"], [3e9, 1e10]
+LADDER_RUNS = len(SIZES) * len(BUDGETS)
+TRAIN = {"steps": 30, "batch_size": 8, "warmup_steps": 3, "log_every": 5}
+EVALS = {"tasks": ["marin_python_mc", "marin_python_qa"]}
+DOCUMENT_STAGES = ("web_documents", "extracted_text", "filtered_text", "deduplicated_text", "curated_text")
+
+text = crawl_and_text(
+    "tiny", demo={"pydoc_modules": ["json", "heapq", "bisect", "textwrap", "shlex"], "n_files": 2}
 )
-LADDER_RUNS = 4
+quality = quality_and_curation(
+    "tiny", text.deduplicated_text, quality={"bucket": 10_000, "epoch": 5}, curation={"top_fraction": 0.9}
+)
+tokens = tokenizer_and_cache(
+    "tiny", quality.curated_text, tokenizer={"vocab_size": 512}, cache={"validation_fraction": 0.1}
+)
+# the target is a nano run at 3x the ladder's largest budget (79 steps by the ladder's rule)
+ladder = scaling_ladder(
+    "tiny",
+    tokens,
+    ladder={"sizes": SIZES, "budgets": BUDGETS, "batch_size": 8, "target_budget": 3 * max(BUDGETS)},
+    seq_len=32,
+    train=TRAIN,
+    evals=EVALS,
+    batch_size=8,
+)
+target = preregistered_target(
+    "tiny", ladder, model={"size": "nano", "seq_len": 32}, train=TRAIN, evals=EVALS, batch_size=8
+)
+
+
+def tiny_experiment(submissions: list[str] = (), name: str = "tiny") -> Experiment:
+    board = speedrun("tiny/speedrun_leaderboard", tokens, list(submissions), eval_batch_size=8)
+    return Experiment(name, steps=[target.scaling_law, board])
+
+
+def expected_outputs(experiment: Experiment) -> set[tuple[str, str | None]]:
+    """(asset, partition) of every step: the demo crawl's one snapshot, the ladder's budget|size rungs."""
+    rungs = [f"{budget_key(b)}|{size}" for b in BUDGETS for size in SIZES]
+    partitions = {"snapshot": ["demo"], "ladder": rungs, None: [None]}
+    return {(s.name, p) for s in experiment.all_steps for p in partitions[s.partitioning]}
 
 
 @pytest.fixture(scope="module")
 def graph(tmp_path_factory):
     """One materialisation of everything, shared by the tests below."""
     root = str(tmp_path_factory.mktemp("store"))
-    experiment = Experiment.build(**TINY)
+    experiment = tiny_experiment()
     instance = DagsterInstance.ephemeral()
     return experiment, root, instance, materialize_experiment(experiment, root, instance)
 
 
 def test_every_asset_is_materialised_and_every_check_passes(graph):
     experiment, root, _, run = graph
-    unpartitioned = len(STAGES) - 2
-    assert len(run.materialized) == unpartitioned + 2 * LADDER_RUNS
+    assert len(experiment.all_steps) == 16  # crawl to dedup, quality, tokens, ladder, target, law, speedrun
+    outputs = expected_outputs(experiment)
+    assert len(outputs) == len(experiment.all_steps) - 2 + 2 * LADDER_RUNS
+    assert len(run.materialized) == len(outputs)
+    assert {(m.asset, m.partition) for m in run.materialized} == outputs
     assert run.reused == 0
     assert run.checks and run.checks_passed, run.failed_checks
-    # the one WARN check reports on the ladder; a 2 x 2 ladder of a few steps per rung is not informative
-    assert [c.check for c in run.checks if not c.blocking] == ["ladder_informative"]
+    # the WARN checks report on the ladder and on the preregistered prediction; the rest block
+    assert sorted(c.check for c in run.checks if not c.blocking) == [
+        "ladder_informative",
+        "preregistered_prediction",
+    ]
+    assert {c.asset for c in run.checks if not c.blocking} == {"tiny/scaling_prediction", "tiny/scaling_law"}
     checked = {c.asset for c in run.checks}
-    for stage in ("web_documents", "extracted_text", "filtered_text", "deduplicated_text", "curated_text"):
+    for stage in DOCUMENT_STAGES:
         assert f"tiny/{stage}" in checked
+    assert {"tiny/checkpoint", "tiny/ladder_checkpoint", "tiny/eval_results"} <= checked
     store = ArtifactStore(root)
-    for stage, version in experiment.versions.items():
-        if not stage.startswith("ladder_"):
-            partition = "demo" if STAGES[stage].per_snapshot else None  # the demo crawl's one snapshot
-            assert store.get(["tiny", stage], version, partition) is not None, stage
+    steps = {step.name: step for step in experiment.all_steps}
+    for asset, partition in outputs:
+        step = steps[asset]
+        artifact = store.get(step.key, step.version, partition)
+        assert artifact is not None, (asset, partition)
+        # under the step's name, not the experiment's: {root}/{step name}/{partition}/{version}
+        where = artifact.path.relative_to(store.root).parts
+        assert where[:-2] == tuple(step.key) and where[-1] == step.version, (asset, where)
+        assert where[-2] == (partition.replace("|", ",") if partition else "_")
 
 
 def test_stages_do_their_real_job(graph):
@@ -64,18 +113,44 @@ def test_stages_do_their_real_job(graph):
     assert 0 < meta["tiny/eval_results"]["bits_per_byte"] < 10
     scores = meta["tiny/eval_results"]["scores"]
     assert 0 <= scores["marin_python_mc/acc"] <= 1 and 0 <= scores["marin_python_qa/exact_match"] <= 1
-    assert scores["bpb/main"] == meta["tiny/eval_results"]["bits_per_byte"]
+    # one source: the mixture's bits-per-byte is its own (recombined, so equal up to rounding)
+    assert scores["bpb/main"] == pytest.approx(meta["tiny/eval_results"]["bits_per_byte"], rel=1e-12)
     law = meta["tiny/scaling_law"]
     assert law["n_runs"] == LADDER_RUNS and len(law["runs"]) == LADDER_RUNS
     assert "data:image/png;base64," in ckpt["loss_curve"] and "data:image/png;base64," in law["scaling_law"]
     prediction = meta["tiny/scaling_prediction"]  # 2 x 2 rungs: too few for 5 parameters, and it says so
     assert prediction["method"] == "log_linear" and "4 runs for 5 parameters" in prediction["method_reason"]
     assert law["main_run"]["predicted_loss"] == prediction["predicted_loss"]
+    # the target run is the one predicted: the ladder's rule at its target budget, on nano
+    assert prediction["target"]["size"] == "nano" and prediction["target"]["budget"] == 3 * max(BUDGETS)
+    assert ckpt["steps"] == prediction["target"]["steps"] != TRAIN["steps"]
+    assert law["main_run"]["actual_loss"] == meta["tiny/eval_results"]["loss"]
     assert prediction["unigram_loss"] < math.log(512) and prediction["target_epochs"] > 0
     rungs = {r["run"]: r["loss"] for r in prediction["runs"]}
     stuck = {run for run, loss in rungs.items() if loss >= prediction["unigram_loss"]}
     assert set(prediction["rungs_not_beating_unigram"]) == stuck
     assert meta["tiny/speedrun_leaderboard"]["runs"] == 0  # the tiny experiment chooses no submissions
+
+
+def test_the_prediction_is_recorded_before_the_target_run_starts(graph):
+    """In a fresh instance, materialising everything: the order comes from the graph's edge."""
+    _, root, instance, run = graph
+    events = []  # (what, asset) in the order the instance logged them, across the runs in order
+    for run_id in run.run_ids:
+        for entry in instance.all_logs(run_id):
+            event = entry.dagster_event
+            if event is None:
+                continue
+            if event.event_type_value == "ASSET_MATERIALIZATION":
+                events.append(("materialized", event.asset_key.to_user_string()))
+            elif event.event_type_value == "STEP_START":
+                events.append(("started", event.step_key))
+    recorded = events.index(("materialized", target.prediction.name))
+    started = events.index(("started", target.checkpoint.name.replace("/", "__")))
+    assert recorded < started
+    store = ArtifactStore(root)
+    prediction, checkpoint = (store.get(s.key, s.version) for s in (target.prediction, target.checkpoint))
+    assert prediction.manifest["created"] <= checkpoint.manifest["created"]
 
 
 def test_second_run_recomputes_nothing(graph):
@@ -88,7 +163,36 @@ def test_second_run_recomputes_nothing(graph):
     }
 
 
-def test_missing_crawl_folder_is_a_clear_error(tmp_path, capsys):
+@pytest.fixture
+def fresh_experiments(monkeypatch):
+    """The experiment modules imported anew by the command (they read MARIN_WARC_ROOT when imported), and
+    the process's environment and experiment modules as they were afterwards."""
+    import marin_pipelines.experiments as package
+
+    monkeypatch.setenv("MARIN_WARC_ROOT", "")  # restored after the test, though the command sets it
+    prefix = f"{package.__name__}."
+
+    def experiment_modules() -> dict[str, str]:
+        names = [n for n in sys.modules if n.startswith(prefix)]
+        return {n: n[len(prefix) :] for n in names if n[len(prefix) :].split(".")[0] not in SKIPPED_MODULES}
+
+    def forget() -> None:
+        for name, short in experiment_modules().items():
+            del sys.modules[name]
+            if "." not in short and hasattr(package, short):
+                delattr(package, short)
+
+    saved = {name: sys.modules[name] for name in experiment_modules()}
+    forget()
+    yield
+    forget()
+    sys.modules.update(saved)
+    for name, module in saved.items():
+        if "." not in name[len(prefix) :]:
+            setattr(package, name[len(prefix) :], module)
+
+
+def test_missing_crawl_folder_is_a_clear_error(fresh_experiments, tmp_path, capsys):
     assert main(["demo", "--warc-root", str(tmp_path / "nowhere"), "--store-root", str(tmp_path)]) != 0
     err = capsys.readouterr().err
     assert "nowhere" in err and "Traceback" not in err
@@ -96,17 +200,35 @@ def test_missing_crawl_folder_is_a_clear_error(tmp_path, capsys):
 
 @pytest.mark.parametrize("name", ["demo", "datashop"])
 def test_demo_command_materialises_the_chosen_experiment(name, tmp_path, capsys, monkeypatch):
-    import marin_pipelines.jobs.local
+    import marin_pipelines.defs.local_run
 
     def stop(experiment, *args, **kwargs):
         raise RuntimeError(f"asked to materialise {experiment.name}")
 
-    monkeypatch.setattr(marin_pipelines.jobs.local, "materialize_experiment", stop)
+    monkeypatch.setattr(marin_pipelines.defs.local_run, "materialize_experiment", stop)
     assert main(["demo", "--experiment", name, "--store-root", str(tmp_path)]) == 1
     assert f"asked to materialise {name}" in capsys.readouterr().err
 
 
-def test_empty_crawl_folder_is_a_clear_error(tmp_path, capsys):
+def test_demo_command_runs_the_demo_and_its_ablation_by_default(tmp_path, capsys, monkeypatch):
+    import marin_pipelines.defs.local_run
+
+    asked = []
+
+    def stop(experiment, *args, **kwargs):
+        asked.append(experiment.name)
+        raise RuntimeError(f"asked to materialise {experiment.name}")
+
+    monkeypatch.setattr(marin_pipelines.defs.local_run, "materialize_experiment", stop)
+    assert main(["demo", "--store-root", str(tmp_path)]) == 1
+    assert asked == ["demo"]  # the first failure stops the command
+    assert "asked to materialise demo" in capsys.readouterr().err
+    from marin_pipelines.cli.demo import DEMO
+
+    assert DEMO == ("demo", "zloss_ablation")
+
+
+def test_empty_crawl_folder_is_a_clear_error(fresh_experiments, tmp_path, capsys):
     (tmp_path / "crawl").mkdir()
     assert main(["demo", "--warc-root", str(tmp_path / "crawl"), "--store-root", str(tmp_path)]) != 0
     err = capsys.readouterr().err
@@ -116,17 +238,19 @@ def test_empty_crawl_folder_is_a_clear_error(tmp_path, capsys):
 
 def test_definitions_load_for_the_ui():
     from marin_pipelines.definitions import defs
+    from marin_pipelines.experiments.demo import demo
 
-    keys = {key.to_user_string() for key in defs.resolve_asset_graph().get_all_asset_keys()}
-    assert {key for key in keys if key.startswith("demo/")} == {f"demo/{stage}" for stage in STAGES}
-    assert {job.name for job in defs.jobs} >= {
-        "demo_snapshot",
+    loaded = defs()
+    keys = {key.to_user_string() for key in loaded.resolve_asset_graph().get_all_asset_keys()}
+    assert {key for key in keys if key.startswith("demo/")} == {step.name for step in demo.all_steps}
+    assert {job.name for job in loaded.jobs} >= {
+        "demo_crawl_snapshot",
+        "demo_ladder_checkpoint_runs",
         "demo_pipeline",
-        "demo_ladder",
-        "demo_scaling_law",
+        "zloss_ablation_pipeline",
     }
-    assert "demo_new_snapshots" in {s.name for s in defs.sensors}
-    assert "demo_refresh" in {s.name for s in defs.schedules}
+    assert "demo_crawl_new_snapshots" in {s.name for s in loaded.sensors}
+    assert "demo_refresh" in {s.name for s in loaded.schedules}
 
 
 def test_the_summary_reads_the_run_back_from_the_store(graph):
@@ -138,17 +262,24 @@ def test_the_summary_reads_the_run_back_from_the_store(graph):
     assert f"a unigram model scores {prediction['unigram_loss']:.3f}" in text
     assert text.count("ladder warning:") == len(prediction["warnings"])
     assert "WARNING: tiny/scaling_prediction:ladder_informative did not pass" in text
+    law = next(m.metadata for m in run.materialized if m.asset == "tiny/scaling_law")
+    assert f"actual {law['main_run']['actual_loss']:.3f}" in text
+    missed = not next(c for c in run.checks if c.check == "preregistered_prediction").passed
+    assert ("WARNING: tiny/scaling_law:preregistered_prediction did not pass" in text) == missed
+    assert "FAILED" not in text
 
 
 def test_the_speedrun_trains_and_evaluates_each_run_through_the_launcher(graph):
     experiment, root, instance, _ = graph
-    racing = Experiment.build(**{**TINY, "speedrun": ["nano_hot"]})
-    assert racing.versions["tokenized_cache"] == experiment.versions["tokenized_cache"]
-    run = materialize_experiment(racing, root, instance, through="speedrun_leaderboard")
+    racing = tiny_experiment(["nano_hot"], name="tiny_racing")
+    board_step = racing.step("tiny/speedrun_leaderboard")
+    assert board_step.version != experiment.step("tiny/speedrun_leaderboard").version
+    assert board_step.inputs["tokenized_cache"] is experiment.step("tiny/tokenized_cache")
+    run = materialize_experiment(racing, root, instance, through="tiny/speedrun_leaderboard")
+    assert {m.asset for m in run.materialized if not m.reused} == {"tiny/speedrun_leaderboard"}
     board = next(m for m in run.materialized if m.asset == "tiny/speedrun_leaderboard")
     assert not board.reused and board.metadata["runs"] == 1 and "nano_hot" in board.metadata["leaderboard"]
-    key, version = ["tiny", "speedrun_leaderboard"], racing.versions["speedrun_leaderboard"]
-    run_dir = ArtifactStore(root).get(key, version).path / "runs" / "nano_hot-1e11"
+    run_dir = ArtifactStore(root).get(board_step.key, board_step.version).path / "runs" / "nano_hot-1e11"
     # the launched children wrote these: the trainer its summary, the evaluator its results JSON
     result = json.loads((run_dir / "results.json").read_text())
     summary = json.loads((run_dir / "train.json").read_text())["summary"]

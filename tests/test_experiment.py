@@ -1,49 +1,147 @@
 import pytest
 
-from marin_pipelines.experiment import STAGES, Experiment, ExperimentError
-from marin_pipelines.experiments.demo import demo
+from marin_pipelines.experiment import Experiment
+from marin_pipelines.experiments import demo
+from marin_pipelines.experiments.defaults import (
+    crawl_and_text,
+    preregistered_target,
+    quality_and_curation,
+    scaling_ladder,
+    speedrun,
+    tokenizer_and_cache,
+    train,
+)
+from marin_pipelines.steps import Step, StepError, topological
 
 
-def downstream_of(stage: str) -> set[str]:
-    out = {stage}
-    for name, spec in STAGES.items():  # topological order
-        if out & set(spec.deps):
-            out.add(name)
+def declare_demo(**changes: dict) -> list[Step]:
+    """The demo's graph declared again with the helpers, from the demo's own step configs, with
+    ``changes`` merged into the config of one helper argument (``curation={"top_fraction": 0.5}``).
+
+    Built beside the demo, never in one experiment with it: a second config under one name is an error."""
+
+    def fields(argument: str, config) -> dict:
+        return {**config.model_dump(), **changes.get(argument, {})}
+
+    text = demo.text
+    texts = crawl_and_text(
+        "demo",
+        warc_root=text.crawl.config.warc_root,
+        demo=fields("demo", text.crawl.config.demo),
+        web_documents=fields("web_documents", text.web_documents.config),
+        extract=fields("extract", text.extracted_text.config),
+        filters=fields("filters", text.filtered_text.config),
+        dedup=fields("dedup", text.deduplicated_text.config),
+    )
+    quality = quality_and_curation(
+        "demo",
+        texts.deduplicated_text,
+        quality=fields("quality", demo.quality.quality_scores.config),
+        curation=fields("curation", demo.quality.curated_text.config),
+    )
+    tokens = tokenizer_and_cache(
+        "demo",
+        quality.curated_text,
+        tokenizer=fields("tokenizer", demo.tokens.tokenizer.config),
+        cache=fields("cache", demo.tokens.cache.config),
+    )
+    runs = demo.ladder.checkpoints.config
+    ladder = scaling_ladder(
+        "demo",
+        tokens,
+        ladder=fields("ladder", runs.ladder),
+        seq_len=runs.seq_len,
+        train=fields("ladder_train", runs.train),
+        data_mixture=fields("data_mixture", runs.data_mixture),
+        evals=fields("evals", demo.ladder.evaluations.config.evals),
+        batch_size=demo.ladder.evaluations.config.batch_size,
+    )
+    run = demo.target.checkpoint.config
+    target = preregistered_target(
+        "demo",
+        ladder,
+        model=fields("model", run.model),
+        train=fields("train", run.train),
+        evals=fields("evals", demo.target.evaluation.config.evals),
+        batch_size=demo.target.evaluation.config.batch_size,
+    )
+    board = demo.leaderboard.config
+    leaderboard = speedrun("demo/speedrun_leaderboard", tokens, board.submissions, board.eval_batch_size)
+    return topological([target.scaling_law, leaderboard])
+
+
+def versions(steps: list[Step]) -> dict[str, str]:
+    return {step.name: step.version for step in steps}
+
+
+def downstream_of(steps: list[Step], name: str) -> set[str]:
+    """``name`` and every step that reads it, directly or not (through inputs: ``after`` versions nothing)."""
+    out = {name}
+    for step in steps:  # topological order
+        if out & {upstream.name for upstream in step.inputs.values()}:
+            out.add(step.name)
     return out
 
 
 def test_versions_are_stable():
-    assert demo().versions == demo().versions
+    first, second = declare_demo(), declare_demo()
+    assert all(a is not b for a, b in zip(first, second, strict=True))  # new objects, the same versions
+    assert versions(first) == versions(second) == versions(demo.demo.all_steps)
+    assert len(set(versions(first).values())) == len(first)  # and one version per step
 
 
-def test_changing_one_stage_recomputes_it_and_everything_downstream_only():
-    base = demo().versions
-    changed = Experiment.build(**{**demo().model_dump(), "curation": {"top_fraction": 0.5}}).versions
-    different = {stage for stage in STAGES if base[stage] != changed[stage]}
-    assert different == downstream_of("curated_text")
-    assert "quality_scores" not in different and "tokenizer" in different and "scaling_law" in different
+def test_changing_one_step_recomputes_it_and_everything_downstream_only():
+    base = versions(demo.demo.all_steps)
+    changed = versions(declare_demo(curation={"top_fraction": 0.5}))
+    assert changed.keys() == base.keys()
+    different = {name for name in base if base[name] != changed[name]}
+    assert different == downstream_of(demo.demo.all_steps, "demo/curated_text")
+    assert "demo/quality_scores" not in different
+    assert {"demo/curated_text", "demo/tokenizer", "demo/scaling_law"} <= different
+    assert not {"demo/crawl", "demo/deduplicated_text"} & different
 
 
 def test_user_crawl_version_follows_the_files(tmp_path):
+    def crawl_version(root: str | None) -> str:
+        return crawl_and_text("demo", warc_root=root).crawl.version
+
     (tmp_path / "a.warc.gz").write_bytes(b"x")
-    before = demo(str(tmp_path)).versions["crawl"]
-    assert demo(str(tmp_path)).versions["crawl"] == before
+    before = crawl_version(str(tmp_path))
+    assert crawl_version(str(tmp_path)) == before
     (tmp_path / "b.warc").write_bytes(b"y")
-    assert demo(str(tmp_path)).versions["crawl"] != before
-    assert before != demo().versions["crawl"]
+    assert crawl_version(str(tmp_path)) != before
+    assert before != crawl_version(None) == demo.text.crawl.version
 
 
 @pytest.mark.parametrize(
-    ("fields", "named"),
+    ("declare", "named"),
     [
-        ({"train": {"steps": -1}}, "train.steps"),
-        ({"model": {"size": "huge"}}, "model.size"),
-        ({"curation": {"threshold": 0.5, "top_fraction": 0.5}}, "curation"),
-        ({"tokenizer": {"vocab_sise": 10}}, "tokenizer.vocab_sise"),
-        ({"name": "Bad Name"}, "name"),
+        (
+            lambda: train("bad/checkpoint", demo.tokens, train={"steps": -1}),
+            ["bad/checkpoint", "train.steps"],
+        ),
+        (
+            lambda: train("bad/checkpoint", demo.tokens, model={"size": "huge"}),
+            ["bad/checkpoint", "model.size"],
+        ),
+        (
+            lambda: quality_and_curation(
+                "bad", demo.text.deduplicated_text, curation={"threshold": 0.5, "top_fraction": 0.5}
+            ),
+            ["bad/curated_text", "CurationConfig", "threshold", "top_fraction"],
+        ),
+        (
+            lambda: tokenizer_and_cache("bad", demo.quality.curated_text, tokenizer={"vocab_sise": 10}),
+            ["bad/tokenizer", "vocab_sise"],
+        ),
+        (lambda: crawl_and_text("Bad Name"), ["Bad Name/crawl", "step name"]),
+        (lambda: Experiment("Bad Name", steps=[demo.leaderboard]), ["experiment 'Bad Name'", "name"]),
     ],
 )
-def test_invalid_config_names_the_field(fields, named):
-    with pytest.raises(ExperimentError) as error:
-        Experiment.build(**{"name": "demo", **fields})
-    assert named in str(error.value) and "Traceback" not in str(error.value)
+def test_invalid_config_names_the_field(declare, named):
+    with pytest.raises(StepError) as error:
+        declare()
+    message = str(error.value)
+    assert all(part in message for part in named), message
+    assert "tests/test_experiment.py:" in message  # where it was declared
+    assert "Traceback" not in message

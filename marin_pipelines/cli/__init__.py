@@ -12,6 +12,7 @@ import sys
 
 COMMANDS = (
     "demo",
+    "experiment",
     "tokenize",
     "train",
     "checkpoint_info",

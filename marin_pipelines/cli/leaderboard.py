@@ -35,14 +35,12 @@ def print_leaderboard(results: Path | None, store_root: str | None, out: Path) -
 
 
 def demo_results(store_root: str) -> Path:
-    from marin_pipelines.experiments.demo import demo
+    from marin_pipelines.experiments.demo import leaderboard
     from marin_pipelines.store import ArtifactStore
 
-    experiment = demo()
-    stage = "speedrun_leaderboard"
-    artifact = ArtifactStore(store_root).get([experiment.name, stage], experiment.versions[stage])
+    artifact = ArtifactStore(store_root).get(leaderboard.key, leaderboard.version)
     if artifact is None:
         raise FileNotFoundError(
-            f"no demo {stage} under {store_root}: run `marin-pipelines demo` first, or pass --results DIR"
+            f"no {leaderboard.name} under {store_root}: run `marin-pipelines demo` first, or pass --results"
         )
     return artifact.path

@@ -51,6 +51,8 @@ def dagster_pipes_reporter(log_every: int) -> Iterator[Callable[[dict[str, Any]]
 
 
 def run_train(args: argparse.Namespace) -> int:
+    from dagster_pipes import DAGSTER_PIPES_CONTEXT_ENV_VAR
+
     from marin_pipelines.tokenize.data_mixture import MixtureLoader
     from marin_pipelines.tokenize.tokenized_cache import TokenCache
     from marin_pipelines.tokenize.tokenizer import TOKENIZER_FILE
@@ -84,5 +86,6 @@ def run_train(args: argparse.Namespace) -> int:
             progress=not args.quiet,
             on_step=[c for c in callbacks if c],
         )
-    print(json.dumps(summary, indent=2))
+    if not os.environ.get(DAGSTER_PIPES_CONTEXT_ENV_VAR):  # under Pipes the summary goes back through it
+        print(json.dumps(summary, indent=2))
     return 0

@@ -1,4 +1,7 @@
-"""The demo's Datashop variant: the quality classifier learns from annotator labels, not a reference set.
+"""Datashop on the demo's crawl: the quality classifier learns from annotator labels, not a reference set.
+
+The crawl-to-dedup steps are the demo's own (shared, never recomputed); the labels, the classifier, the
+curated text, its tokens, a run and its evaluation are this experiment's.
 
 The rubric asks for pages that teach Python's object model (classes, special methods, attributes).
 By default the embedded SimilarityAnnotator labels the sample: it is no language model, it gives
@@ -9,10 +12,9 @@ at an OpenAI-compatible endpoint (see the README).
 
 from __future__ import annotations
 
-from typing import Any
-
 from marin_pipelines.experiment import Experiment
-from marin_pipelines.experiments.demo import demo
+from marin_pipelines.experiments import demo
+from marin_pipelines.experiments.defaults import evaluate, quality_and_curation, tokenizer_and_cache, train
 
 RUBRIC = """Below is an extract from a web page. Rate how well it teaches a programmer Python's object \
 model: classes and instances, attributes, special ("dunder") methods, descriptors and how the \
@@ -61,23 +63,31 @@ EXAMPLES: dict[int, list[str]] = {
 }
 
 
-def datashop(warc_root: str | None = None) -> Experiment:
-    """The demo with a Datashop labelling stage in front of the quality classifier."""
-    fields: dict[str, Any] = demo(warc_root).model_dump()
-    fields.update(
-        name="datashop",
-        description="The demo, with the quality classifier trained on Datashop labels of a crawl sample "
-        "(embedded SimilarityAnnotator by default).",
-        datashop={
-            "rubric": RUBRIC,
-            "sample_size": 200,
-            "scale": {"min": 0, "max": 5, "keep": 3},
-            "annotator": "similarity",
-            "examples": EXAMPLES,
-        },
-        # A few hundred labelled documents: every negative is used (the labels were paid for), and more
-        # epochs at a higher rate than for reference-vs-crawl, where the classes are easy to tell apart.
-        quality={**fields["quality"], "negatives_per_positive": 10.0, "epoch": 50, "lr": 1.0},
-        curation={"top_fraction": 0.5},
-    )
-    return Experiment.build(**fields)
+DATASHOP = {
+    "rubric": RUBRIC,
+    "sample_size": 200,
+    "scale": {"min": 0, "max": 5, "keep": 3},
+    "annotator": "similarity",
+    "examples": EXAMPLES,
+}
+
+quality = quality_and_curation(
+    "datashop",
+    demo.text.deduplicated_text,
+    datashop=DATASHOP,
+    # A few hundred labelled documents: every negative is used (the labels were paid for), and more epochs
+    # at a higher rate than for reference-vs-crawl, where the classes are easy to tell apart.
+    quality={"bucket": 50_000, "negatives_per_positive": 10.0, "epoch": 50, "lr": 1.0},
+    curation={"top_fraction": 0.5},
+)
+tokens = tokenizer_and_cache(
+    "datashop", quality.curated_text, tokenizer={"vocab_size": 2048}, cache={"validation_fraction": 0.1}
+)
+checkpoint = train("datashop/checkpoint", tokens, model=demo.MODEL, train=demo.TRAIN)
+
+datashop = Experiment(
+    "datashop",
+    steps=[evaluate("datashop/eval_results", checkpoint, evals=demo.EVALS)],
+    description="The demo's crawl, with the quality classifier trained on Datashop labels of a crawl sample "
+    "(embedded SimilarityAnnotator by default), then tokens, a run and its evaluation.",
+)

@@ -19,12 +19,15 @@ from pydantic import Field, model_validator
 
 from marin_pipelines.evals.checkpoint_eval import EvalConfig, with_heldout
 
-TRAIN_COMMAND = ("-m", "marin_pipelines.train", "--quiet")
+TRAIN_COMMAND = ("-m", "marin_pipelines.train")
 EVAL_COMMAND = ("-m", "marin_pipelines.evals")
+# lm-eval's and datasets' progress bars: an evaluation of the shipped tasks takes seconds, its bars are noise
+QUIET_EVAL_ENV = {"TQDM_DISABLE": "1", "HF_DATASETS_DISABLE_PROGRESS_BARS": "1"}
 
 
-def train_args(config_file: Path, data_dir: Path, out_dir: Path) -> list[str]:
-    return [*TRAIN_COMMAND, "--config", str(config_file), "--data", str(data_dir), "--out", str(out_dir)]
+def train_args(config_file: Path, data_dir: Path, out_dir: Path, progress_bar: bool = False) -> list[str]:
+    args = [*TRAIN_COMMAND, "--config", str(config_file), "--data", str(data_dir), "--out", str(out_dir)]
+    return args if progress_bar else [*args, "--quiet"]
 
 
 class LauncherResource(ConfigurableResource):
@@ -47,14 +50,20 @@ class LauncherResource(ConfigurableResource):
         }
         return {**cache, **self.env}
 
-    def launch(self, context: AssetExecutionContext, args: list[str]) -> list[Any]:
-        """``python *args`` under Dagster Pipes, wherever this launcher runs things."""
+    def launch(
+        self, context: AssetExecutionContext, args: list[str], env: dict[str, str] | None = None
+    ) -> list[Any]:
+        """``python *args`` under Dagster Pipes, wherever this launcher runs things (``env`` on top)."""
         raise NotImplementedError
+
+    def progress_bar(self) -> bool:
+        """Whether the training child draws its progress bar (where someone watches a terminal)."""
+        return False
 
     def train(
         self, context: AssetExecutionContext, config_file: Path, data_dir: Path, out_dir: Path
     ) -> list[Any]:
-        return self.launch(context, train_args(config_file, data_dir, out_dir))
+        return self.launch(context, train_args(config_file, data_dir, out_dir, self.progress_bar()))
 
     def evaluate(
         self,
@@ -79,7 +88,8 @@ class LauncherResource(ConfigurableResource):
             args += ["--include-path", folder]
         if config.limit is not None:
             args += ["--limit", str(config.limit)]
-        return self.launch(context, [*args, "--batch-size", str(batch_size), "--out", str(out_file)])
+        args += ["--batch-size", str(batch_size), "--out", str(out_file)]
+        return self.launch(context, args, QUIET_EVAL_ENV)
 
 
 class LocalLauncher(LauncherResource):
@@ -88,8 +98,13 @@ class LocalLauncher(LauncherResource):
     python: str = Field(default=sys.executable, description="interpreter that has marin_pipelines installed")
     compilation_cache: str | None = str(Path.cwd() / ".marin" / "jax_cache")
 
-    def launch(self, context: AssetExecutionContext, args: list[str]) -> list[Any]:
-        client = PipesSubprocessClient(env=self.child_env())
+    def progress_bar(self) -> bool:
+        return sys.stderr.isatty()  # `make demo` in a terminal: the bar; tests and logs: none
+
+    def launch(
+        self, context: AssetExecutionContext, args: list[str], env: dict[str, str] | None = None
+    ) -> list[Any]:
+        client = PipesSubprocessClient(env={**(env or {}), **self.child_env()})
         invocation = client.run(context=context, command=[self.python, *args])
         return invocation.get_custom_messages()
 
@@ -162,7 +177,9 @@ class K8sLauncher(LauncherResource):
             spec["serviceAccountName"] = self.service_account
         return spec
 
-    def launch(self, context: AssetExecutionContext, args: list[str]) -> list[Any]:
+    def launch(
+        self, context: AssetExecutionContext, args: list[str], env: dict[str, str] | None = None
+    ) -> list[Any]:
         from dagster_k8s import PipesK8sClient
 
         invocation = PipesK8sClient().run(
@@ -171,5 +188,6 @@ class K8sLauncher(LauncherResource):
             command=["python", *args],
             namespace=self.namespace,
             base_pod_spec=self.pod_spec(),
+            env=env,
         )
         return invocation.get_custom_messages()

@@ -1,7 +1,15 @@
 import subprocess
 import sys
 
-HEAVY = ("jax", "dagster", "matplotlib", "marin_pipelines.experiment")
+HEAVY = (
+    "jax",
+    "dagster",
+    "matplotlib",
+    "marin_pipelines.experiment",
+    "marin_pipelines.steps",
+    "marin_pipelines.experiments.defaults",
+    "marin_pipelines.defs",
+)
 
 
 def test_help_imports_no_heavy_library():

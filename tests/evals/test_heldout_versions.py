@@ -2,18 +2,36 @@
 
 import os
 
-from marin_pipelines.experiment import STAGES, Experiment
-from marin_pipelines.experiments.demo import demo
+from marin_pipelines.experiments import demo
+from marin_pipelines.experiments.defaults import preregistered_target, scaling_ladder
+from marin_pipelines.steps import topological
+
+
+def versions(steps) -> dict[str, str]:
+    return {step.name: step.version for step in steps}
+
+
+DEMO = versions(demo.demo.all_steps)
 
 
 def eval_versions(heldout: dict[str, list[str]]) -> dict[str, str]:
-    fields = demo().model_dump()
-    fields["evals"]["heldout"] = heldout
-    return Experiment.build(**fields).versions
+    """Every step's version in the demo declared again with ``heldout`` sets in its evaluations."""
+    evals = {**demo.EVALS, "heldout": heldout}
+    ladder = scaling_ladder(
+        "demo",
+        demo.tokens,
+        ladder=demo.ladder.config,
+        seq_len=demo.MODEL["seq_len"],
+        train=demo.TRAIN,
+        evals=evals,
+    )
+    target = preregistered_target("demo", ladder, model=demo.MODEL, train=demo.TRAIN, evals=evals)
+    return versions(topological([target.scaling_law, demo.leaderboard]))
 
 
 def changed(before: dict[str, str], after: dict[str, str]) -> set[str]:
-    return {stage for stage in STAGES if before[stage] != after[stage]}
+    assert before.keys() == after.keys() == DEMO.keys()
+    return {name for name in before if before[name] != after[name]}
 
 
 def test_editing_a_heldout_file_in_place_re_evaluates_and_only_downstream(tmp_path):
@@ -26,10 +44,10 @@ def test_editing_a_heldout_file_in_place_re_evaluates_and_only_downstream(tmp_pa
     notes.write_text("Lists hold items in ORDER.")  # same path, same size, new content
     after = eval_versions(sets)
     assert changed(before, after) == {
-        "eval_results",
-        "ladder_eval_results",
-        "scaling_prediction",
-        "scaling_law",
+        "demo/eval_results",
+        "demo/ladder_eval_results",
+        "demo/scaling_prediction",
+        "demo/scaling_law",
     }
 
 
@@ -39,14 +57,14 @@ def test_a_file_added_to_a_heldout_folder_re_evaluates(tmp_path):
     sets = {"docs": [str(tmp_path / "sets")]}
     before = eval_versions(sets)
     (tmp_path / "sets" / "b.jsonl").write_text('{"text": "two"}\n')
-    assert eval_versions(sets)["eval_results"] != before["eval_results"]
+    assert eval_versions(sets)["demo/eval_results"] != before["demo/eval_results"]
 
 
 def test_experiments_without_heldout_sets_keep_their_versions():
-    assert eval_versions({}) == demo().versions
+    assert eval_versions({}) == DEMO
 
 
 def test_a_missing_heldout_path_still_versions(tmp_path):
     """Definitions load; the evaluation itself names the missing file when it runs."""
     missing = {"gone": [str(tmp_path / "gone.txt")]}
-    assert eval_versions(missing)["eval_results"] != demo().versions["eval_results"]
+    assert eval_versions(missing)["demo/eval_results"] != DEMO["demo/eval_results"]

@@ -15,10 +15,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from dagster import DagsterInstance
-from test_datashop_end_to_end import materialize_data_part  # tests/ is on sys.path (tests/conftest.py)
+from test_datashop_end_to_end import (  # tests/ is on sys.path (tests/conftest.py)
+    DATASHOP,
+    materialize_data_part,
+    tiny,
+)
 
-from marin_pipelines.experiment import Experiment
-from marin_pipelines.experiments.datashop import datashop
 from marin_pipelines.quality.annotation import (
     AnnotationError,
     AnswerCache,
@@ -220,18 +222,11 @@ def test_resource_reads_the_key_from_the_named_variable(server, tmp_path, monkey
 def test_the_key_is_in_no_log_metadata_or_cache_of_a_real_run(server, tmp_path, monkeypatch, caplog):
     """The Datashop labels asset, materialised with a chat model behind the local server."""
     monkeypatch.setenv("MARIN_ANNOTATOR_API_KEY", SECRET)
-    fields = datashop().model_dump()
-    fields.update(
+    experiment = tiny(
         name="chat_datashop",
-        crawl={"demo": {"pydoc_modules": ["json", "heapq"], "n_files": 1}},
-        datashop={
-            **fields["datashop"],
-            "annotator": MODEL,
-            "sample_size": 12,
-            "rubric": "<ok_page> {document}",
-        },
+        crawl={"pydoc_modules": ["json", "heapq"], "n_files": 1},
+        datashop={**DATASHOP, "annotator": MODEL, "sample_size": 12, "rubric": "<ok_page> {document}"},
     )
-    experiment = Experiment.build(**fields)
     resources = default_resources(str(tmp_path))
     resources["annotator"] = AnnotatorResource(
         store=resources["store"], base_url=server.url, requests_per_second=1000

@@ -87,8 +87,8 @@ def launched(monkeypatch) -> list:
     """The pods the launcher asks PipesK8sClient to run, built as dagster-k8s builds them."""
     pods = []
 
-    def run(self, *, context, image, command, namespace, base_pod_spec):
-        pods.append(build_pod_body("pod", image, command, {}, None, base_pod_spec))
+    def run(self, *, context, image, command, namespace, base_pod_spec, env=None):
+        pods.append(build_pod_body("pod", image, command, env or {}, None, base_pod_spec))
         raise Launched
 
     monkeypatch.setattr(PipesK8sClient, "run", run)
@@ -125,6 +125,8 @@ def test_k8s_evaluate_runs_the_eval_entry_point_on_the_training_pod_spec(launche
     assert container.resources.limits["google.com/tpu"] == "8"
     assert {e.name: e.value for e in container.env}["JAX_COMPILATION_CACHE_DIR"] == "/store/jax_cache"
     assert train.spec.containers[0].command[:3] == ["python", "-m", "marin_pipelines.train"]
+    assert "--quiet" in train.spec.containers[0].command  # a pod's log is no terminal: no progress bar
+    assert {e.name: e.value for e in container.env}["TQDM_DISABLE"] == "1"
     command = evaluate.spec.containers[0].command
     assert command[:3] == ["python", "-m", "marin_pipelines.evals"]
 

@@ -1,0 +1,157 @@
+"""Jobs and automation over the step assets.
+
+- Per crawl step: ``{crawl}_snapshot`` runs one snapshot from WARC files to deduplicated text, and the
+  ``{crawl}_new_snapshots`` sensor adds each new snapshot folder as a partition and requests that run.
+  Cross-snapshot dedup needs earlier snapshots first, so these runs carry ``QUEUE_TAG``, which
+  ``dagster.yaml`` limits to one at a time: the queue starts them in the order requested.
+- Per experiment: ``{experiment}_pipeline`` materialises its unpartitioned steps up to any ladder, and
+  the ``{experiment}_refresh`` schedule runs it daily (everything is reused when no snapshot arrived).
+- Per ladder: ``{ladder}_ladder`` runs one rung; backfill its partitions. What is downstream of a ladder
+  (the prediction, the target it predicts, its evaluation, the law) rolls forward by declarative
+  automation (eager) once the backfill is complete; the target's edge from its prediction keeps the order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from dagster import (
+    AssetSelection,
+    DefaultScheduleStatus,
+    DefaultSensorStatus,
+    RunRequest,
+    ScheduleDefinition,
+    ScheduleEvaluationContext,
+    SensorDefinition,
+    SensorEvaluationContext,
+    SensorResult,
+    SkipReason,
+    define_asset_job,
+    schedule,
+    sensor,
+)
+
+from marin_pipelines.defs.step_assets import asset_key, snapshot_partitions
+from marin_pipelines.experiment import Experiment
+from marin_pipelines.steps import Step
+
+QUEUE_TAG = "marin/crawl_queue"
+REFRESH_CRON = "0 4 * * *"  # daily at 04:00
+SENSOR_INTERVAL_SECONDS = 300
+
+
+def slug(step: Step) -> str:
+    return step.name.replace("/", "_")
+
+
+def selection(steps: Iterable[Step]) -> AssetSelection:
+    return AssetSelection.assets(*[asset_key(step) for step in steps])
+
+
+def partitioned_by(steps: Iterable[Step], source: Step) -> list[Step]:
+    return [step for step in steps if step.partition_source is source]
+
+
+def partition_sources(steps: Iterable[Step], kind: str) -> list[Step]:
+    """The crawl (or ladder) steps whose partitions some of ``steps`` have, in order, once each."""
+    return list(
+        {id(s.partition_source): s.partition_source for s in steps if s.partitioning == kind}.values()
+    )
+
+
+def after_ladders(steps: list[Step]) -> set[int]:
+    """Ids of the unpartitioned steps downstream of a ladder: declarative automation moves them on."""
+    out: set[int] = set()
+    for step in steps:  # topological order
+        upstream = (*step.inputs.values(), *step.after)
+        if step.partitioning is None and any(u.partitioning == "ladder" or id(u) in out for u in upstream):
+            out.add(id(step))
+    return out
+
+
+def pipeline_steps(experiment: Experiment) -> list[Step]:
+    later = after_ladders(experiment.all_steps)
+    return [s for s in experiment.all_steps if s.partitioning is None and id(s) not in later]
+
+
+def snapshot_sensor(crawl: Step, job_name: str) -> SensorDefinition:
+    partitions = snapshot_partitions(crawl)
+
+    @sensor(
+        name=f"{slug(crawl)}_new_snapshots",
+        job_name=job_name,
+        minimum_interval_seconds=SENSOR_INTERVAL_SECONDS,
+        default_status=DefaultSensorStatus.STOPPED,
+        description="Adds each new snapshot folder under the crawl root as a partition and processes it.",
+    )
+    def new_snapshots(context: SensorEvaluationContext) -> SensorResult | SkipReason:
+        found = crawl.config.snapshots()  # type: ignore[attr-defined]
+        if not found:
+            return SkipReason(f"no readable snapshot under {crawl.config.warc_root}")  # type: ignore[attr-defined]
+        known = set(context.instance.get_dynamic_partitions(partitions.name))
+        new = [snapshot for snapshot in found if snapshot not in known]
+        if not new:
+            root = crawl.config.warc_root or "demo"  # type: ignore[attr-defined]
+            return SkipReason(f"no new snapshot among {len(found)} under {root}")
+        return SensorResult(
+            run_requests=[
+                RunRequest(run_key=snapshot, partition_key=snapshot, tags={QUEUE_TAG: slug(crawl)})
+                for snapshot in new
+            ],
+            dynamic_partitions_requests=[partitions.build_add_request(new)],
+        )
+
+    return new_snapshots
+
+
+def refresh_schedule(experiment: Experiment, job_name: str, crawls: list[Step]) -> ScheduleDefinition:
+    @schedule(
+        name=f"{experiment.name}_refresh",
+        job_name=job_name,
+        cron_schedule=REFRESH_CRON,
+        default_status=DefaultScheduleStatus.STOPPED,
+        description="Rebuilds what reads every crawl snapshot (curation, tokens, runs) over those processed.",
+    )
+    def refresh(context: ScheduleEvaluationContext) -> RunRequest | SkipReason:
+        if not all(context.instance.get_dynamic_partitions(snapshot_partitions(c).name) for c in crawls):
+            return SkipReason("no crawl snapshot yet: the new-snapshot sensor adds them")
+        return RunRequest(tags={QUEUE_TAG: experiment.name})  # queued behind the snapshot runs
+
+    return refresh
+
+
+def automation(experiments: list[Experiment], steps: list[Step]) -> dict[str, list]:
+    """Jobs, sensors and schedules for the steps of ``experiments`` (each crawl and ladder once)."""
+    jobs, sensors, schedules = [], [], []
+    for crawl in partition_sources(steps, "snapshot"):
+        name = f"{slug(crawl)}_snapshot"
+        jobs.append(
+            define_asset_job(
+                name,
+                selection=selection(partitioned_by(steps, crawl)),
+                description=f"One snapshot of {crawl.name}: WARC files to deduplicated text.",
+            )
+        )
+        sensors.append(snapshot_sensor(crawl, name))
+    for ladder in partition_sources(steps, "ladder"):
+        jobs.append(
+            define_asset_job(
+                f"{slug(ladder)}_runs",
+                selection=selection(partitioned_by(steps, ladder)),
+                description="One scaling-ladder rung and its evaluation; backfill every partition to run the "
+                "ladder. Its prediction, the target run and the law follow by themselves.",
+            )
+        )
+    for experiment in experiments:
+        name = f"{experiment.name}_pipeline"
+        jobs.append(
+            define_asset_job(
+                name,
+                selection=selection(pipeline_steps(experiment)),
+                description=f"{experiment.name}: every step over all processed snapshots, up to any ladder.",
+            )
+        )
+        crawls = partition_sources(experiment.all_steps, "snapshot")
+        if crawls:
+            schedules.append(refresh_schedule(experiment, name, crawls))
+    return {"jobs": jobs, "sensors": sensors, "schedules": schedules}

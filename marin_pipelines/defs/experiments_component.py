@@ -1,0 +1,37 @@
+"""The experiments Component: every experiment found in code becomes assets, jobs and automation.
+
+A step shared by several experiments is one asset, tagged with each experiment that uses it. Which
+experiments exist is found by ``discover_experiments``: a new module under ``marin_pipelines/experiments/``
+(or a folder in ``paths`` / ``MARIN_EXPERIMENTS_PATH``) appears with no other edit.
+"""
+
+from __future__ import annotations
+
+from dagster import AutomationCondition, ComponentLoadContext, Definitions
+from dagster.components import Component, Model, Resolvable
+
+from marin_pipelines.defs.automation import after_ladders, automation
+from marin_pipelines.defs.step_assets import step_asset
+from marin_pipelines.experiment import Experiment, discover_experiments
+from marin_pipelines.steps import topological, unique_steps
+
+
+def experiment_definitions(experiments: list[Experiment]) -> Definitions:
+    """Assets (one per step), jobs, sensors and schedules of ``experiments``."""
+    steps = list(unique_steps(topological(s for e in experiments for s in e.all_steps)).values())
+    users = {step.name: [e for e in experiments if step in e.all_steps] for step in steps}
+    automated = after_ladders(steps)
+    assets = [
+        step_asset(step, users[step.name], AutomationCondition.eager() if id(step) in automated else None)
+        for step in steps
+    ]
+    return Definitions(assets=assets, **automation(experiments, steps))
+
+
+class ExperimentsComponent(Component, Model, Resolvable):
+    """Every experiment declared in code, as Dagster definitions."""
+
+    paths: list[str] | None = None  # further folders of experiment modules, besides MARIN_EXPERIMENTS_PATH
+
+    def build_defs(self, context: ComponentLoadContext) -> Definitions:
+        return experiment_definitions(list(discover_experiments(self.paths).values()))

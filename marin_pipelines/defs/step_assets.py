@@ -1,0 +1,173 @@
+"""One Dagster asset per step: its key is the step's name, its code version the step's version.
+
+The asset only binds the run to the core: it hands the step's inputs (complete artifacts, found by
+version through the IO manager) to ``build_step``, which reuses a complete output of the same version or
+builds it atomically. Then the output's metadata, the step's checks, and the execution records of the
+experiments that use the step.
+"""
+
+import base64
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from dagster import (
+    AssetCheckResult,
+    AssetCheckSeverity,
+    AssetCheckSpec,
+    AssetExecutionContext,
+    AssetIn,
+    AssetKey,
+    AssetsDefinition,
+    AutomationCondition,
+    DynamicPartitionsDefinition,
+    MetadataValue,
+    MultiPartitionsDefinition,
+    Output,
+    PartitionsDefinition,
+    StaticPartitionsDefinition,
+    asset,
+)
+
+from marin_pipelines.documents import Funnel
+from marin_pipelines.execution_record import ladder_keys, write_record
+from marin_pipelines.experiment import Experiment
+from marin_pipelines.resources.launcher import LauncherResource
+from marin_pipelines.resources.store import VERSION_KEY
+from marin_pipelines.steps import Step, StepContext, build_step
+from marin_pipelines.store import Artifact
+
+log = logging.getLogger(__name__)
+EXPERIMENT_TAG = "marin/experiment.{}"  # one tag per experiment that uses the step
+
+
+def asset_key(step: Step) -> AssetKey:
+    return AssetKey(step.key)
+
+
+def snapshot_partitions(crawl: Step) -> DynamicPartitionsDefinition:
+    """The snapshots of one crawl step, shared by every per-snapshot step downstream of it."""
+    return DynamicPartitionsDefinition(name=f"{crawl.name.replace('/', '_')}_snapshot")
+
+
+def partitions(step: Step) -> PartitionsDefinition | None:
+    source = step.partition_source
+    if source is None:
+        return None
+    if step.partitioning == "snapshot":
+        return snapshot_partitions(source)
+    budgets, sizes = ladder_keys(step)
+    return MultiPartitionsDefinition(
+        {"budget": StaticPartitionsDefinition(budgets), "size": StaticPartitionsDefinition(sizes)}
+    )
+
+
+class BoundLauncher:
+    """The launcher resource bound to this run's context: the core's ``Launcher``."""
+
+    def __init__(self, resource: LauncherResource, context: AssetExecutionContext):
+        self.resource, self.context = resource, context
+
+    def train(self, config_file: Path, data_dir: Path, out_dir: Path) -> list[Any]:
+        return self.resource.train(self.context, config_file, data_dir, out_dir)
+
+    def evaluate(self, *args: Any) -> list[Any]:
+        return self.resource.evaluate(self.context, *args)
+
+
+def step_asset(
+    step: Step, users: list[Experiment], automation: AutomationCondition | None = None
+) -> AssetsDefinition:
+    """The asset of ``step``; ``users`` are the experiments that declare it (tags, execution records)."""
+    key = asset_key(step)
+    stage = step.stage
+
+    @asset(
+        key=key,
+        group_name=step.key[0],
+        description=f"{stage.description}\n\nDeclared at {step.declared_at}.",
+        code_version=step.version,
+        metadata={VERSION_KEY: step.version, "stage": stage.name, "declared_at": step.declared_at},
+        ins={name: AssetIn(key=asset_key(upstream)) for name, upstream in step.inputs.items()},
+        deps=[asset_key(before) for before in step.after],
+        partitions_def=partitions(step),
+        required_resource_keys={"store", *stage.needs},
+        kinds=set(stage.kinds) or None,
+        tags={EXPERIMENT_TAG.format(e.name): "" for e in users},
+        automation_condition=automation,
+        check_specs=[
+            AssetCheckSpec(name, asset=key, description=check.description, blocking=check.blocking)
+            for name, check in stage.checks.items()
+        ],
+    )
+    def compute(context: AssetExecutionContext, **inputs: Any) -> Iterator[Any]:
+        store = context.resources.store.store()
+        partition = context.partition_key if context.has_partition_key else None
+        resources = {name: getattr(context.resources, name) for name in stage.needs}
+        if "launcher" in resources:
+            resources["launcher"] = BoundLauncher(resources["launcher"], context)
+
+        def say(message: str) -> None:  # to the run's event log (UI) and the terminal of `make demo`
+            context.log.info(message)
+            log.info(message)
+
+        reused = store.get(step.key, step.version, partition) is not None
+        ctx = StepContext(
+            step, store, partition, resources, say, made_by={"dagster_run_id": context.run.run_id}
+        )
+        artifact = build_step(ctx, inputs)
+        yield Output(artifact, metadata=dagster_metadata(artifact, reused))
+        for name, check in stage.checks.items():
+            passed, metadata = check.fn(artifact)
+            severity = AssetCheckSeverity.ERROR if check.blocking else AssetCheckSeverity.WARN
+            yield AssetCheckResult(
+                asset_key=key, check_name=name, passed=passed, metadata=metadata, severity=severity
+            )
+        for experiment in users:
+            write_record(store, experiment)
+
+    return compute
+
+
+def dagster_metadata(artifact: Artifact, reused: bool) -> dict[str, Any]:
+    """Manifest -> UI metadata: scalars as numbers (plotted over time), the funnel as a table."""
+    files = artifact.manifest["files"]
+    out: dict[str, Any] = {
+        "path": MetadataValue.path(str(artifact.path)),
+        "version": artifact.version,
+        "reused": reused,
+        "files": len(files),
+        "bytes": sum(f["bytes"] for f in files),
+        "wall_seconds": artifact.manifest["wall_seconds"],
+    }
+    for name, value in artifact.metadata.items():
+        if name == "funnel":
+            out.update(funnel_metadata(Funnel.from_dict(value)))
+        elif name == "plots":
+            for title, filename in value.items():
+                out[title] = png_markdown(artifact, title, filename)
+        elif name == "markdown":
+            out.update({title: MetadataValue.md(text) for title, text in value.items()})
+        elif isinstance(value, bool | int | float | str):
+            out[name] = value
+        else:
+            out[name] = MetadataValue.json(value)
+    return out
+
+
+def funnel_metadata(funnel: Funnel) -> dict[str, Any]:
+    rows = [("in", funnel.docs_in), ("kept", funnel.docs_out)]
+    rows += [(f"removed: {reason}", n) for reason, n in funnel.removed.most_common()]
+    table = "| documents | count |\n|---|---:|\n" + "\n".join(f"| {label} | {n} |" for label, n in rows)
+    return {
+        "docs_in": funnel.docs_in,
+        "docs_out": funnel.docs_out,
+        "docs_removed": sum(funnel.removed.values()),
+        "funnel": MetadataValue.md(table),
+    }
+
+
+def png_markdown(artifact: Artifact, title: str, filename: str) -> MetadataValue:
+    data = base64.b64encode(artifact.file(filename).read_bytes()).decode()
+    return MetadataValue.md(f"![{title}](data:image/png;base64,{data})")

@@ -1,0 +1,125 @@
+"""An experiment's execution record: a JSON file in the store, next to the data, as Marin keeps one.
+
+It lists every step with its resolved config, version, output path and status (``done`` when a complete
+output of that version exists, whichever experiment made it), the Dagster runs that made the outputs,
+the git commit of the code (and whether the tree was dirty) and when it was written. It is derived from
+the store, so whoever writes it last writes a whole, consistent view. For a step not yet done it says
+which config fields or inputs changed since the newest stored version: why the hash forked.
+Only configs go in; secrets live in the environment and never reach a config.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from marin_pipelines.experiment import Experiment
+from marin_pipelines.steps import Step, changed_fields
+from marin_pipelines.store import Artifact, ArtifactStore
+
+RECORDS = "_experiments"
+
+
+def record_path(store: ArtifactStore, experiment: Experiment) -> Path:
+    return store.root / RECORDS / f"{experiment.name}.json"
+
+
+def step_partitions(step: Step) -> list[str | None]:
+    """The partitions a step has now: its crawl's snapshots, its ladder's rungs, or just one."""
+    if step.partitioning == "snapshot":
+        return list(step.snapshots)
+    if step.partitioning == "ladder":
+        budgets, sizes = ladder_keys(step)
+        return [f"{budget}|{size}" for budget in budgets for size in sizes]
+    return [None]
+
+
+def ladder_keys(step: Step) -> tuple[list[str], list[str]]:
+    from marin_pipelines.stages.train import ladder_partition_keys
+
+    return ladder_partition_keys(step.partition_source.config)  # type: ignore[union-attr, arg-type]
+
+
+def step_status(store: ArtifactStore, step: Step) -> dict[str, Any]:
+    """``status`` (done / to_run), ``output``, the runs that made it and, if not done, what changed."""
+    partitions = step_partitions(step)
+    found = {p: store.get(step.key, step.version, p) for p in partitions}
+    done = bool(partitions) and all(found.values())
+    partitioned = partitions != [None]
+    output = store.path(step.key, step.version, "{partition}" if partitioned else None)
+    entry: dict[str, Any] = {
+        **step.describe(),
+        "status": "done" if done else "to_run",
+        "output": str(output),
+        "dagster_run_ids": sorted(
+            {a.manifest.get("made_by", {}).get("dagster_run_id") for a in found.values() if a} - {None}
+        ),
+    }
+    if partitioned:
+        entry["partitions"] = {str(p): "done" if a else "to_run" for p, a in found.items()}
+    if not done:
+        entry["changed"] = why_forked(store, step, partitions[0] if partitions else None)
+    return entry
+
+
+def why_forked(store: ArtifactStore, step: Step, partition: str | None) -> dict[str, Any] | None:
+    """What differs from the newest stored version of the step: config fields, inputs, or neither (then
+    the stage's code revision or the content its config points at). None if none is stored."""
+    previous: list[Artifact] = store.others(step.key, step.version, partition)
+    if not previous:
+        return None
+    last = previous[0].manifest
+    now = {name: f"{up.name}@{up.version}" for name, up in step.inputs.items()}
+    before = last.get("upstream", {})
+    inputs = sorted(name for name in {*now, *before} if now.get(name) != before.get(name))
+    fields = changed_fields(last.get("config"), step.config_json)
+    return {
+        "since": last["version"],
+        "config": fields,
+        "inputs": inputs,
+        "other": [] if fields or inputs else ["code revision or input content"],
+    }
+
+
+def git_state() -> dict[str, Any] | None:
+    """The commit of the code that declared the steps, and whether its tree had uncommitted changes."""
+    here = Path(__file__).resolve().parent
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, check=True, timeout=10
+        ).stdout.strip()
+        status = subprocess.run(
+            ["git", "status", "--porcelain"], cwd=here, capture_output=True, text=True, check=True, timeout=30
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None  # an installed package, not a checkout
+    return {"commit": commit, "dirty": bool(status.strip())}
+
+
+def build_record(store: ArtifactStore, experiment: Experiment) -> dict[str, Any]:
+    steps = [step_status(store, step) for step in experiment.all_steps]
+    return {
+        "experiment": experiment.name,
+        "description": experiment.description,
+        "declared_at": experiment.declared_at,
+        "written": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "git": git_state(),
+        "store": str(store.root),
+        "steps": steps,
+        "dagster_run_ids": sorted({run for step in steps for run in step["dagster_run_ids"]}),
+    }
+
+
+def write_record(store: ArtifactStore, experiment: Experiment) -> Path:
+    """Write the record atomically (a temporary sibling, then a rename); its path."""
+    path = record_path(store, experiment)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:8]}")
+    tmp.write_text(json.dumps(build_record(store, experiment), indent=2, default=str))
+    os.replace(tmp, path)
+    return path

@@ -1,0 +1,351 @@
+"""Helpers that declare the usual steps, so that an experiment file reads like a recipe (Marin's
+``defaults.py``): crawl and text, quality and curation, tokenizer and cache, train, evaluate, a scaling
+ladder with a preregistered target, the speedrun, a comparison, and ``variant`` for an ablation.
+
+Configs are given as dicts (or config objects); a bad field is an error naming the step, the place it
+was declared and the field. Step names are ``{prefix}/{stage}`` unless a name is given.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from marin_pipelines.scaling.scaling_law import LadderConfig
+from marin_pipelines.stages import crawl as crawl_stages
+from marin_pipelines.stages import evals as eval_stages
+from marin_pipelines.stages import quality as quality_stages
+from marin_pipelines.stages import scaling as scaling_stages
+from marin_pipelines.stages import text as text_stages
+from marin_pipelines.stages import tokenize as token_stages
+from marin_pipelines.stages import train as train_stages
+from marin_pipelines.steps import Stage, Step, StepError, declared_at
+
+Fields = dict[str, Any] | BaseModel | None
+
+
+def step(
+    name: str, stage: Stage, config: Fields, inputs: dict[str, Step | None], after: tuple[Step, ...] = ()
+) -> Step:
+    """A step of ``stage`` with ``config`` validated; inputs given as None are left out."""
+    where = declared_at()
+    return Step(
+        name,
+        stage,
+        validated(stage.config, config, f"step {name!r} ({where})"),
+        {key: value for key, value in inputs.items() if value is not None},
+        after,
+        where,
+    )
+
+
+def validated(cls: type[BaseModel], fields: Fields, where: str) -> Any:
+    """``fields`` as a ``cls``, or an error naming each bad field and what is allowed."""
+    if isinstance(fields, cls):
+        return fields
+    if isinstance(fields, BaseModel):
+        fields = fields.model_dump()
+    try:
+        return cls(**(fields or {}))
+    except ValidationError as e:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or '(config)'}: {err['msg']}" for err in e.errors()
+        )
+        raise StepError(f"{where}: invalid {cls.__name__}: {problems}") from None
+
+
+@dataclass(frozen=True)
+class TextSteps:
+    crawl: Step
+    web_documents: Step
+    extracted_text: Step
+    filtered_text: Step
+    deduplicated_text: Step
+
+    def __iter__(self):
+        return iter(
+            (self.crawl, self.web_documents, self.extracted_text, self.filtered_text, self.deduplicated_text)
+        )
+
+
+def crawl_and_text(
+    prefix: str,
+    *,
+    warc_root: str | None = None,
+    demo: Fields = None,
+    web_documents: Fields = None,
+    extract: Fields = None,
+    filters: Fields = None,
+    dedup: Fields = None,
+) -> TextSteps:
+    """WARC files (``warc_root``, or the embedded demo crawl) -> documents -> text -> filtered -> dedup,
+    one partition per crawl snapshot."""
+    crawl = step(f"{prefix}/crawl", crawl_stages.crawl, {"warc_root": warc_root, **_fields(demo, "demo")}, {})
+    return _text_after(prefix, crawl, web_documents, extract, filters, dedup)
+
+
+def listed_files_and_text(
+    prefix: str,
+    files: list[str],
+    snapshot: str,
+    *,
+    web_documents: Fields = None,
+    extract: Fields = None,
+    filters: Fields = None,
+    dedup: Fields = None,
+) -> TextSteps:
+    """The same chain over WARC files named one by one, as one snapshot."""
+    crawl = step(
+        f"{prefix}/crawl", crawl_stages.listed_warc_files, {"files": files, "snapshot": snapshot}, {}
+    )
+    return _text_after(prefix, crawl, web_documents, extract, filters, dedup)
+
+
+def _text_after(
+    prefix: str, crawl: Step, web_documents: Fields, extract: Fields, filters: Fields, dedup: Fields
+) -> TextSteps:
+    documents = step(f"{prefix}/web_documents", crawl_stages.web_documents, web_documents, {"crawl": crawl})
+    text = step(f"{prefix}/extracted_text", text_stages.extracted_text, extract, {"web_documents": documents})
+    filtered = step(f"{prefix}/filtered_text", text_stages.filtered_text, filters, {"extracted_text": text})
+    deduplicated = step(
+        f"{prefix}/deduplicated_text", text_stages.deduplicated_text, dedup, {"filtered_text": filtered}
+    )
+    return TextSteps(crawl, documents, text, filtered, deduplicated)
+
+
+@dataclass(frozen=True)
+class QualitySteps:
+    quality_scores: Step
+    curated_text: Step
+    quality_labels: Step | None = None
+
+
+def quality_and_curation(
+    prefix: str,
+    deduplicated_text: Step,
+    *,
+    quality: Fields = None,
+    curation: Fields = None,
+    datashop: Fields = None,
+    scores: Step | None = None,
+) -> QualitySteps:
+    """A fastText classifier scores every document (trained on reference texts vs the crawl, or on Datashop
+    labels when ``datashop`` is given), and the best are kept. ``scores`` reuses another step's scores."""
+    labels = None
+    if datashop is not None:
+        labels = step(
+            f"{prefix}/quality_labels",
+            quality_stages.quality_labels,
+            datashop,
+            {"deduplicated_text": deduplicated_text},
+        )
+    if scores is None:
+        scores = step(
+            f"{prefix}/quality_scores",
+            quality_stages.quality_scores,
+            quality,
+            {"deduplicated_text": deduplicated_text, "quality_labels": labels},
+        )
+    curated = step(
+        f"{prefix}/curated_text",
+        quality_stages.curated_text,
+        curation or {"top_fraction": 0.8},
+        {"deduplicated_text": deduplicated_text, "quality_scores": scores},
+    )
+    return QualitySteps(scores, curated, labels)
+
+
+@dataclass(frozen=True)
+class TokenSteps:
+    tokenizer: Step
+    cache: Step
+
+
+def tokenizer_and_cache(
+    prefix: str, curated_text: Step, *, tokenizer: Fields | Step = None, cache: Fields = None
+) -> TokenSteps:
+    """BPE trained on the text (or an existing tokenizer step, shared), and the tokenized cache."""
+    if not isinstance(tokenizer, Step):
+        tokenizer = step(
+            f"{prefix}/tokenizer", token_stages.tokenizer, tokenizer, {"curated_text": curated_text}
+        )
+    built = step(
+        f"{prefix}/tokenized_cache",
+        token_stages.tokenized_cache,
+        cache,
+        {"curated_text": curated_text, "tokenizer": tokenizer},
+    )
+    return TokenSteps(tokenizer, built)
+
+
+def train(
+    name: str, tokens: TokenSteps, *, model: Fields = None, train: Fields = None, data_mixture: Fields = None
+) -> Step:
+    """A model trained on the tokens (a mixture source without ``cache`` is these tokens)."""
+    config = {"model": _fields(model), "train": _fields(train), "data_mixture": _fields(data_mixture)}
+    return step(name, train_stages.checkpoint, _drop_none(config), {"tokenized_cache": tokens.cache})
+
+
+def evaluate(
+    name: str,
+    checkpoint: Step,
+    *,
+    evals: Fields = None,
+    batch_size: int = 16,
+    also: dict[str, Step] | None = None,
+) -> Step:
+    """The checkpoint's loss and bits-per-byte on its training data's validation split, on the validation
+    splits of ``also`` (caches every variant of an ablation is measured on) and held-out sets, and lm-eval
+    tasks."""
+    cache = checkpoint.inputs["tokenized_cache"]
+    stage = (
+        eval_stages.ladder_eval_results if checkpoint.partitioning == "ladder" else eval_stages.eval_results
+    )
+    inputs = {
+        "checkpoint": checkpoint,
+        "tokenized_cache": cache,
+        "tokenizer": cache.inputs["tokenizer"],
+        **(also or {}),
+    }
+    return step(name, stage, _drop_none({"evals": _fields(evals), "batch_size": batch_size}), inputs)
+
+
+@dataclass(frozen=True)
+class Ladder:
+    config: LadderConfig
+    checkpoints: Step
+    evaluations: Step
+
+
+def scaling_ladder(
+    prefix: str,
+    tokens: TokenSteps,
+    *,
+    ladder: Fields,
+    seq_len: int,
+    train: Fields = None,
+    data_mixture: Fields = None,
+    evals: Fields = None,
+    batch_size: int = 16,
+) -> Ladder:
+    """Sizes x budgets trained by the ladder's rule, one partition each, and their evaluations."""
+    config = {
+        "ladder": _fields(ladder),
+        "seq_len": seq_len,
+        "train": _fields(train),
+        "data_mixture": _fields(data_mixture),
+    }
+    runs = step(
+        f"{prefix}/ladder_checkpoint",
+        train_stages.ladder_checkpoint,
+        _drop_none(config),
+        {"tokenized_cache": tokens.cache},
+    )
+    evaluations = evaluate(f"{prefix}/ladder_eval_results", runs, evals=evals, batch_size=batch_size)
+    return Ladder(runs.config.ladder, runs, evaluations)
+
+
+@dataclass(frozen=True)
+class Target:
+    prediction: Step
+    checkpoint: Step
+    evaluation: Step
+    scaling_law: Step
+
+
+def preregistered_target(
+    prefix: str,
+    ladder: Ladder,
+    *,
+    model: Fields,
+    train: Fields = None,
+    evals: Fields = None,
+    batch_size: int = 16,
+) -> Target:
+    """A run of ``model`` at the ladder's ``target_budget`` by the ladder's rule, its loss predicted from the
+    ladder first: the checkpoint runs after the prediction (an edge in the graph), which never sees it."""
+    if ladder.config.target_budget is None:
+        raise StepError(f"{prefix}: the ladder has no target_budget to preregister a run for")
+    runs = ladder.checkpoints
+    run = {
+        "model": _fields(model),
+        "train": _fields(train),
+        "data_mixture": runs.config.data_mixture,
+        "target": ladder.config.target(),
+    }
+    run_config = validated(train_stages.TrainRunConfig, _drop_none(run), f"{prefix}/checkpoint")
+    cache = runs.inputs["tokenized_cache"]
+    prediction = step(
+        f"{prefix}/scaling_prediction",
+        scaling_stages.scaling_prediction,
+        {"target": run_config, "bootstrap": ladder.config.bootstrap, "seed": ladder.config.seed},
+        {"ladder_eval_results": ladder.evaluations, "tokenized_cache": cache},
+    )
+    checkpoint = step(
+        f"{prefix}/checkpoint", train_stages.checkpoint, run_config, {"tokenized_cache": cache}, (prediction,)
+    )
+    evaluation = evaluate(f"{prefix}/eval_results", checkpoint, evals=evals, batch_size=batch_size)
+    law = step(
+        f"{prefix}/scaling_law",
+        scaling_stages.scaling_law,
+        {},
+        {"scaling_prediction": prediction, "eval_results": evaluation},
+    )
+    return Target(prediction, checkpoint, evaluation, law)
+
+
+def speedrun(name: str, tokens: TokenSteps, submissions: list[str], eval_batch_size: int = 16) -> Step:
+    """The chosen speedrun submissions, trained at their budgets on the tokens and ranked."""
+    config = {"submissions": submissions, "eval_batch_size": eval_batch_size}
+    return step(
+        name,
+        scaling_stages.speedrun_leaderboard,
+        config,
+        {"tokenized_cache": tokens.cache, "tokenizer": tokens.tokenizer},
+    )
+
+
+def compare(name: str, variants: dict[str, Step], hypothesis: str = "") -> Step:
+    """Evaluations side by side (the first is the baseline), with the checkpoints they evaluated."""
+    inputs: dict[str, Step | None] = {}
+    for label, evaluation in variants.items():
+        if "checkpoint" not in evaluation.inputs:
+            raise StepError(f"{name}: variant {label!r} must be an evaluation step, not {evaluation.name}")
+        inputs[f"{label}_eval"] = evaluation
+        inputs[f"{label}_checkpoint"] = evaluation.inputs["checkpoint"]
+    return step(name, eval_stages.comparison, {"variants": list(variants), "hypothesis": hypothesis}, inputs)
+
+
+def variant(of: Step, name: str, **changes: Any) -> Step:
+    """``of`` with some config fields changed (nested dicts merge), under a new name, on the same inputs.
+
+    The ablation's one line: ``variant(baseline, "zloss/run_1e_4", train={"z_loss_weight": 1e-4})``.
+    Ordering-only edges are not carried over: the variant is not what a prediction was recorded for.
+    """
+    config = _merged(of.config_json, changes)
+    return step(name, of.stage, config, dict(of.inputs))
+
+
+def _merged(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in changes.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merged(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _fields(value: Fields, key: str | None = None) -> Any:
+    """A config given as a dict or a model, as plain fields (nested under ``key`` when given)."""
+    if isinstance(value, BaseModel):
+        value = value.model_dump()
+    if key is None:
+        return value
+    return {key: value} if value is not None else {}
+
+
+def _drop_none(fields: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in fields.items() if value is not None}

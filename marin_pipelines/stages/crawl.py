@@ -1,0 +1,139 @@
+"""The crawl (WARC files) and the web documents read from them, one partition per crawl snapshot."""
+
+from __future__ import annotations
+
+import platform
+from collections.abc import Iterator
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from marin_pipelines.crawl.demo_crawl import DemoCrawlConfig, build_demo_crawl
+from marin_pipelines.crawl.snapshots import (
+    crawl_fingerprint,
+    crawl_snapshots,
+    files_fingerprint,
+    snapshot_files,
+)
+from marin_pipelines.crawl.web_documents import (
+    WebDocumentsConfig,
+    crawl_path,
+    find_warc_files,
+    write_web_documents,
+)
+from marin_pipelines.documents import Document, funnel_conserved, read_documents
+from marin_pipelines.steps import Check, StepContext, stage
+from marin_pipelines.store import Artifact, PendingArtifact
+
+Snapshots = dict[str, Artifact]  # an upstream's output for every crawl snapshot, by snapshot key
+FUNNEL = {"funnel": Check(funnel_conserved)}
+
+
+class CrawlConfig(BaseModel):
+    """Where the WARC files come from: a folder of the user's, or the embedded demo crawl."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    warc_root: str | None = Field(
+        None,
+        description="folder or gs:// prefix of snapshot folders (or of WARC/ARC files: one snapshot); "
+        "None builds the demo crawl",
+    )
+    demo: DemoCrawlConfig = DemoCrawlConfig()
+
+    def snapshots(self, strict: bool = False) -> list[str]:
+        """The crawl's snapshot keys, read from the crawl root now. An unreadable root gives [] (loading
+        definitions never fails on it) unless ``strict``: then the clear error naming the root."""
+        try:
+            return crawl_snapshots(self.warc_root)
+        except (FileNotFoundError, ValueError):
+            if strict:
+                raise
+            return []
+
+
+def crawl_content(config: CrawlConfig) -> Any:
+    """What the crawl's content depends on: a single-snapshot root's files, or the demo's Python."""
+    if config.warc_root is None:
+        return {"python": platform.python_version()}
+    return crawl_fingerprint(config.warc_root)
+
+
+@stage(CrawlConfig, revision=2, partitioning="snapshot", kinds=("warc",), fingerprint=crawl_content)
+def crawl(ctx: StepContext, out: PendingArtifact, config: CrawlConfig) -> None:
+    """WARC files of one crawl snapshot: a folder of the crawl root (listed, not copied), or the demo."""
+    if config.warc_root is None:
+        out.metadata["demo_crawl"] = build_demo_crawl(out.path / "warc", config.demo)
+        files = find_warc_files(out.path / "warc")
+        out.metadata["warc_files"] = [str(p.relative_to(out.path)) for p in files]
+    else:
+        files = snapshot_files(config.warc_root, out.partition)
+        out.metadata["warc_root"] = config.warc_root
+        out.metadata["warc_files"] = [str(p if "://" in str(p) else p.resolve()) for p in files]
+    out.metadata["snapshot"] = out.partition
+    out.metadata["warc_bytes"] = sum(p.stat().st_size for p in files)
+
+
+class ListedFiles(BaseModel):
+    """WARC files named one by one, as one snapshot (``marin-pipelines process-crawl``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    files: list[str]
+    snapshot: str = "cli"
+
+    def snapshots(self, strict: bool = False) -> list[str]:
+        return [self.snapshot]
+
+
+def listed_content(config: ListedFiles) -> Any:
+    """The files' names, sizes and modification times: a changed file is a new crawl."""
+    return files_fingerprint([crawl_path(f) for f in config.files])
+
+
+@stage(ListedFiles, revision=2, partitioning="snapshot", kinds=("warc",), fingerprint=listed_content)
+def listed_warc_files(ctx: StepContext, out: PendingArtifact, config: ListedFiles) -> None:
+    """WARC files given by name (listed, not copied)."""
+    files = [crawl_path(f) for f in config.files]
+    out.metadata.update(
+        snapshot=out.partition,
+        warc_files=[str(p if "://" in str(p) else p.resolve()) for p in files],
+        warc_bytes=sum(p.stat().st_size for p in files),
+    )
+
+
+@stage(WebDocumentsConfig, revision=2, partitioning="snapshot", kinds=("parquet",), checks=FUNNEL)
+def web_documents(
+    ctx: StepContext, out: PendingArtifact, config: WebDocumentsConfig, crawl: Artifact
+) -> None:
+    """HTML pages read from the WARC responses; unreadable or non-HTML records counted by reason."""
+    paths = [
+        crawl_path(name) if "://" in name else crawl.path / name  # absolute names stay absolute
+        for name in crawl.metadata["warc_files"]
+    ]
+    funnel, stats = write_web_documents(paths, out.path, config, ctx.workers)
+    out.metadata["funnel"] = funnel.as_dict()
+    out.metadata["records"] = stats.as_dict()  # record types seen, and what could not be read
+
+
+def snapshot_documents(
+    ctx: StepContext, artifacts: Snapshots, columns: list[str] | None = None
+) -> Iterator[Document]:
+    """The documents of every snapshot's output, in snapshot order, for the steps that read them all.
+
+    Their version covers the crawl's snapshots (``Step.snapshots``); a snapshot that exists but has not
+    been processed, or one processed that no longer exists, is an error naming it.
+    """
+    expected = ctx.step.snapshots
+    if not expected:
+        raise FileNotFoundError(
+            f"{ctx.step.name} reads a crawl without a readable snapshot: check its crawl root"
+        )
+    if sorted(artifacts) != expected:
+        missing, extra = sorted(set(expected) - set(artifacts)), sorted(set(artifacts) - set(expected))
+        raise FileNotFoundError(
+            f"the crawl's snapshots are {expected}: not yet processed {missing}, no longer in the crawl "
+            f"{extra}; run the snapshot job for each new snapshot first"
+        )
+    for snapshot in expected:
+        yield from read_documents(artifacts[snapshot].path, columns=columns)

@@ -1,0 +1,156 @@
+"""Evaluation of checkpoints, and the comparison of an ablation's variants.
+
+An evaluation reports bits-per-byte on each training-mixture source's validation split, on further
+caches' validation splits and on held-out text sets, and lm-eval task scores, with the change against
+the step's previous version. It goes through the launcher, as training does: the child writes
+``results.json`` into the pending output directory and reports where it ran.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from marin_pipelines.evals.checkpoint_eval import (
+    EvalConfig,
+    heldout_fingerprint,
+    missing_tasks,
+    results_table,
+    scores,
+)
+from marin_pipelines.evals.comparison import Variant, compare_variants
+from marin_pipelines.evals.eval_results import combine_bpb
+from marin_pipelines.steps import Check, StepContext, stage
+from marin_pipelines.store import Artifact, PendingArtifact
+from marin_pipelines.tokenize.data_mixture import MixtureConfig
+from marin_pipelines.tokenize.tokenizer import TOKENIZER_FILE
+
+RESULTS = "results.json"
+LABEL = r"^[a-z][a-z0-9_]*$"
+
+
+class EvalStepConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    evals: EvalConfig = Field(EvalConfig(), description="held-out bits-per-byte sets and lm-eval tasks")
+    batch_size: int = Field(16, ge=1)
+
+
+def heldout_content(config: EvalStepConfig) -> Any:
+    """Held-out sets version the evaluation by content: a set edited in place re-evaluates."""
+    return heldout_fingerprint(config.evals.heldout) or None
+
+
+def tasks_scored(artifact: Artifact) -> tuple[bool, dict[str, Any]]:
+    """Every requested lm-eval task produced a number."""
+    requested = artifact.metadata["tasks"]
+    missing = missing_tasks(requested, artifact.metadata["scores"])
+    return not missing, {"requested": len(requested), "missing": ", ".join(missing) or "none"}
+
+
+@stage(
+    EvalStepConfig,
+    revision=2,
+    group="evals",
+    kinds=("jax",),
+    checks={"tasks_scored": Check(tasks_scored)},
+    needs=("launcher",),
+    fingerprint=heldout_content,
+)
+def eval_results(
+    ctx: StepContext,
+    out: PendingArtifact,
+    config: EvalStepConfig,
+    checkpoint: Artifact,
+    tokenized_cache: Artifact,
+    tokenizer: Artifact,
+    **caches: Artifact,
+) -> None:
+    """Loss and bits-per-byte per validation source and held-out set, and lm-eval task scores.
+
+    ``loss`` is over the checkpoint's training mixture (what a scaling law fits); further caches given as
+    inputs are scored as sets of their own (``bpb/NAME``), e.g. one text every variant of an ablation
+    is measured on."""
+    mixture = MixtureConfig.model_validate(checkpoint.manifest["config"]["data_mixture"])
+    validation = {
+        name: [source.cache or str(tokenized_cache.path)] for name, source in mixture.sources.items()
+    }
+    sets = {**validation, **{name: [str(cache.path)] for name, cache in caches.items()}}
+    messages = ctx.launcher.evaluate(
+        checkpoint.path,
+        tokenizer.path / TOKENIZER_FILE,
+        sets,
+        config.evals,
+        config.batch_size,
+        out.path / RESULTS,
+    )
+    results = json.loads((out.path / RESULTS).read_text())
+    reported = [m["evaluated_on"] for m in messages if isinstance(m, dict) and "evaluated_on" in m]
+    if not reported:  # the results are in the file; only where they were computed is unknown
+        ctx.log("warning: the evaluation sent no summary message: evaluated_on is not reported")
+    flat = scores(results)
+    combined = combine_bpb([results["bpb"][name] for name in validation])
+    trained = checkpoint.metadata  # N is non-embedding params: at these sizes embeddings dominate the count
+    out.metadata.update(
+        loss=combined["loss"],  # what the scaling law fits and predicts: the training mixture's held-out loss
+        bits_per_byte=combined["bits_per_byte"],
+        params=trained["non_embedding_params"],
+        train_tokens=trained["tokens_seen"],
+        flops=trained["flops"],
+        scores=flat,
+        tasks=config.evals.tasks,
+        evaluated_on=reported[-1] if reported else "not reported",
+    )
+    table = {"results": results_table(flat)}
+    previous = next(
+        (
+            a.metadata["scores"]
+            for a in ctx.store.others(ctx.step.key, ctx.step.version, ctx.partition)
+            if "scores" in a.metadata
+        ),
+        None,
+    )
+    if previous is not None:
+        table["change against the previous version"] = results_table(flat, previous)
+    out.metadata["markdown"] = table
+
+
+# the same evaluation for every rung of a ladder, partitioned as its checkpoints
+ladder_eval_results = replace(
+    eval_results, name="ladder_eval_results", group="scaling", partitioning="ladder"
+)
+
+
+class CompareConfig(BaseModel):
+    """The variants of an ablation, in order (the first is the baseline), and what the experiment tests."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    variants: list[str] = Field(
+        min_length=2, description="labels; inputs are LABEL_eval and LABEL_checkpoint"
+    )
+    hypothesis: str = ""
+
+    @field_validator("variants")
+    @classmethod
+    def _labels(cls, labels: list[str]) -> list[str]:
+        import re
+
+        bad = [label for label in labels if not re.fullmatch(LABEL, label)]
+        if bad or len(set(labels)) < len(labels):
+            raise ValueError(f"variant labels must be distinct lowercase identifiers, got {labels}")
+        return labels
+
+
+@stage(CompareConfig, group="evals", kinds=("matplotlib",))
+def comparison(ctx: StepContext, out: PendingArtifact, config: CompareConfig, **runs: Artifact) -> None:
+    """The variants side by side: loss curves overlaid, validation loss, bits-per-byte per set, task
+    scores, tokens and FLOPs, with the experiment's hypothesis."""
+    variants = [
+        Variant(label, runs[f"{label}_checkpoint"].path, runs[f"{label}_eval"].metadata)
+        for label in config.variants
+    ]
+    out.metadata.update(compare_variants(variants, config.hypothesis, out.path))

@@ -1,0 +1,255 @@
+"""The scaling law fitted over a ladder, the preregistered prediction for a target run, and the speedrun.
+
+``scaling_prediction`` reads only the ladder and the training data (the vocabulary sizes the target's
+FLOPs per token; the tokens give a unigram baseline and the target's epochs, which say whether the
+ladder can support the extrapolation): it is recorded before the target run starts and can never see
+it. The target's checkpoint step runs after it (an ``after`` edge in the graph); ``scaling_law`` draws
+both and checks the target's actual loss against the record.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from marin_pipelines.evals.checkpoint_eval import EvalConfig
+from marin_pipelines.scaling.fit import fit, law_from_dict
+from marin_pipelines.scaling.ladder_diagnostics import MAX_TARGET_EPOCHS, mixture_diagnostics
+from marin_pipelines.scaling.scaling_law import budget_key, plot_scaling_law
+from marin_pipelines.scaling.speedrun import (
+    Submission,
+    discover_submissions,
+    leaderboard_markdown,
+    plot_leaderboard,
+    submission_result,
+)
+from marin_pipelines.stages.train import TrainRunConfig, launch_training
+from marin_pipelines.steps import Check, StepContext, stage
+from marin_pipelines.store import Artifact, PendingArtifact
+from marin_pipelines.tokenize.data_mixture import MixtureConfig
+from marin_pipelines.tokenize.tokenized_cache import TokenCache
+from marin_pipelines.tokenize.tokenizer import TOKENIZER_FILE
+
+PREDICTION = "prediction.json"
+PLOT = "scaling_law.png"
+LEADERBOARD = "leaderboard.md"
+LEADERBOARD_PLOT = "leaderboard.png"
+TOLERANCE = 0.02  # the preregistered prediction passes when within 2% of the actual loss
+
+
+class PredictionConfig(BaseModel):
+    """The run predicted (the very config its checkpoint step trains with) and the fit's bootstrap."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    target: TrainRunConfig
+    bootstrap: int = Field(100, ge=0, description="bootstrap resamples for the fit's intervals")
+    seed: int = 0
+
+    @field_validator("target")
+    @classmethod
+    def _has_budget(cls, target: TrainRunConfig) -> TrainRunConfig:
+        if target.target is None:
+            raise ValueError("the predicted run must be a ladder target (target_budget set)")
+        return target
+
+
+class LawConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _run(key: str, evals: Artifact) -> dict[str, Any]:
+    budget, size = key.split("|")  # the ladder's partition key: budget|size
+    m = evals.metadata
+    return {
+        "run": key,
+        "size": size,
+        "budget": float(budget),
+        "params": m["params"],
+        "tokens": m["train_tokens"],
+        "flops": m["flops"],
+        "loss": m["loss"],
+    }
+
+
+def prediction_error(prediction: dict[str, Any], actual: float) -> dict[str, Any]:
+    """Actual vs preregistered: the relative error of the prediction and whether its interval held."""
+    low, high = prediction["loss_interval"]
+    return {
+        "predicted_loss": prediction["loss"],
+        "actual_loss": actual,
+        "relative_error": prediction["loss"] / actual - 1,
+        "within_interval": low <= actual <= high,
+    }
+
+
+def fit_metadata(fitted: dict[str, Any]) -> dict[str, Any]:
+    """What the prediction and the law both show of a fit: its parameters, method, formula and size."""
+    keys = ("method", "formula", "n_runs")
+    return {**fitted["law"], **{key: fitted[key] for key in keys}}
+
+
+def ladder_informative(artifact: Artifact) -> tuple[bool, dict[str, Any]]:
+    """Every rung beats a unigram model and the target repeats its data at most a few times (see
+    MAX_TARGET_EPOCHS): otherwise the extrapolation has little to stand on. A weak ladder is a finding
+    about the experiment, not a bug: this check warns."""
+    meta = artifact.metadata
+    return not meta["warnings"], {
+        "unigram_loss": meta["unigram_loss"],
+        "rungs_not_beating_unigram": len(meta["rungs_not_beating_unigram"]),
+        "target_epochs": meta["target_epochs"],
+        "max_target_epochs": MAX_TARGET_EPOCHS,
+        "warnings": "\n".join(meta["warnings"]) or "none",
+    }
+
+
+@stage(
+    PredictionConfig,
+    revision=2,
+    group="scaling",
+    kinds=("scipy",),
+    checks={"ladder_informative": Check(ladder_informative, blocking=False)},
+)
+def scaling_prediction(
+    ctx: StepContext,
+    out: PendingArtifact,
+    config: PredictionConfig,
+    ladder_eval_results: dict[str, Artifact],
+    tokenized_cache: Artifact,
+) -> None:
+    """L(N, D) fitted over the ladder, and the target run's loss predicted before it is trained."""
+    runs = [_run(key, evals) for key, evals in sorted(ladder_eval_results.items())]
+    law_fit = fit(runs, bootstrap=config.bootstrap, seed=config.seed)
+    vocab_size = tokenized_cache.metadata["vocab_size"]
+    model, train = config.target.resolve(vocab_size)
+    tokens = train.steps * train.batch_size * model.seq_len
+    target = {
+        "size": config.target.model.size,
+        "budget": config.target.target["target_budget"],  # type: ignore[index]
+        "steps": train.steps,
+        **law_fit.predict(
+            model.num_params(include_embeddings=False), tokens, model.flops_per_token() * tokens
+        ),
+    }
+    extrapolation = target["flops"] / max(r["budget"] for r in runs)
+    sources = {
+        name: (source.weight, TokenCache(source.cache or tokenized_cache.path))
+        for name, source in config.target.data_mixture.sources.items()
+    }
+    diagnostics = mixture_diagnostics(runs, sources, target["tokens"], vocab_size)
+    plot_scaling_law(runs, law_fit.law, out.path / PLOT, predictions=[target])
+    fitted = law_fit.as_dict()
+    (out.path / PREDICTION).write_text(
+        json.dumps({"fit": fitted, "runs": runs, "target": target, "diagnostics": diagnostics}, indent=2)
+    )
+    out.metadata.update(fit_metadata(fitted))
+    out.metadata.update(
+        method_reason=fitted["reason"],
+        intervals=fitted["intervals"],
+        isoflops=fitted["isoflops"],
+        runs=runs,
+        target=target,
+        predicted_loss=target["loss"],
+        extrapolation=extrapolation,
+        **diagnostics,
+        plots={"scaling_law": PLOT},
+    )
+
+
+def preregistered_prediction(artifact: Artifact) -> tuple[bool, dict[str, Any]]:
+    """The target run's loss is within 2% of the loss preregistered for it. A missed prediction is a
+    scientific result, not a broken pipeline: this check warns."""
+    error = artifact.metadata["main_run"]
+    keys = ("predicted_loss", "actual_loss", "relative_error", "within_interval")
+    return abs(error["relative_error"]) <= TOLERANCE, {key: error[key] for key in keys}
+
+
+@stage(
+    LawConfig,
+    revision=3,
+    group="scaling",
+    kinds=("scipy",),
+    checks={"preregistered_prediction": Check(preregistered_prediction, blocking=False)},
+)
+def scaling_law(
+    ctx: StepContext,
+    out: PendingArtifact,
+    config: LawConfig,
+    scaling_prediction: Artifact,
+    eval_results: Artifact,
+) -> None:
+    """The ladder's fit with the target run's preregistered prediction and its actual loss."""
+    record = json.loads(scaling_prediction.file(PREDICTION).read_text())
+    target, fitted = record["target"], record["fit"]
+    actual = eval_results.metadata["loss"]
+    law = law_from_dict(fitted["method"], fitted["law"])
+    plot_scaling_law(record["runs"], law, out.path / PLOT, predictions=[{**target, "actual": actual}])
+    main_run = {**target, **prediction_error(target, actual)}
+    (out.path / "scaling_law.json").write_text(json.dumps({**record, "main_run": main_run}, indent=2))
+    out.metadata.update(fit_metadata(fitted))
+    out.metadata.update(runs=record["runs"], main_run=main_run, plots={"scaling_law": PLOT})
+
+
+class SpeedrunConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    submissions: list[str] = Field(
+        default_factory=list, description="speedrun submissions (names under experiments/speedrun/) to run"
+    )
+    eval_batch_size: int = Field(16, ge=1)
+
+    @field_validator("submissions")
+    @classmethod
+    def _known(cls, names: list[str]) -> list[str]:
+        known = {s.name for s in discover_submissions()}
+        if unknown := sorted(set(names) - known):
+            raise ValueError(f"unknown speedrun submissions {unknown}; allowed: {sorted(known)}")
+        return names
+
+
+def submission_configs(config: SpeedrunConfig) -> dict[str, Any]:
+    """The chosen submissions' full configs: editing a submission file reruns the leaderboard."""
+    return {s.name: s.model_dump() for s in discover_submissions() if s.name in config.submissions}
+
+
+@stage(SpeedrunConfig, group="scaling", kinds=("jax",), needs=("launcher",), fingerprint=submission_configs)
+def speedrun_leaderboard(
+    ctx: StepContext,
+    out: PendingArtifact,
+    config: SpeedrunConfig,
+    tokenized_cache: Artifact,
+    tokenizer: Artifact,
+) -> None:
+    """The chosen speedrun submissions trained at their budgets on this data, ranked by bits-per-byte.
+
+    Each run trains and is evaluated through the launcher, as the ladder's rungs are."""
+    validation = {"validation": [str(tokenized_cache.path)]}
+
+    def run(submission: Submission, budget: float) -> dict[str, Any]:
+        run_dir = out.path / "runs" / f"{submission.name}-{budget_key(budget)}"
+        model, train = submission.run_config(budget, tokenized_cache.metadata["vocab_size"])
+        summary = launch_training(run_dir, tokenized_cache, ctx.launcher, MixtureConfig(), model, train)
+        evals = run_dir / "eval.json"
+        tokenizer_file = tokenizer.path / TOKENIZER_FILE
+        ctx.launcher.evaluate(
+            run_dir, tokenizer_file, validation, EvalConfig(), config.eval_batch_size, evals
+        )
+        bpb = json.loads(evals.read_text())["bpb"]["validation"]["bits_per_byte"]
+        result = submission_result(submission, budget, summary, bpb)
+        (run_dir / "results.json").write_text(json.dumps(result, indent=2))
+        return result
+
+    results = [
+        run(submission, budget)
+        for submission in discover_submissions()
+        if submission.name in config.submissions
+        for budget in submission.budgets
+    ]
+    table = leaderboard_markdown(results) if results else "no submissions chosen"
+    (out.path / LEADERBOARD).write_text(table + "\n")
+    out.metadata.update(runs=len(results), leaderboard=table)
+    if results:
+        plot_leaderboard(results, out.path / LEADERBOARD_PLOT)
+        out.metadata["plots"] = {"speedrun": LEADERBOARD_PLOT}

@@ -1,0 +1,44 @@
+"""Tokenizer (byte-level BPE trained on the curated text) and the tokenized train/validation cache."""
+
+from __future__ import annotations
+
+from marin_pipelines.documents import read_documents
+from marin_pipelines.steps import StepContext, pending_work_dir, stage
+from marin_pipelines.store import Artifact, PendingArtifact
+from marin_pipelines.tokenize.tokenized_cache import CacheConfig, build_cache
+from marin_pipelines.tokenize.tokenizer import (
+    TOKENIZER_FILE,
+    TokenizerConfig,
+    load_tokenizer,
+    train_tokenizer,
+)
+
+
+@stage(TokenizerConfig, group="tokenize", kinds=("tokenizer",))
+def tokenizer(
+    ctx: StepContext, out: PendingArtifact, config: TokenizerConfig, curated_text: Artifact
+) -> None:
+    """Byte-level BPE trained with HF tokenizers on the curated text."""
+    texts = (doc["text"] for doc in read_documents(curated_text.path, columns=["text"]))
+    trained = train_tokenizer(texts, config)
+    trained.save(str(out.path / TOKENIZER_FILE))
+    out.metadata["vocab_size"] = trained.get_vocab_size()
+
+
+# revision 3: a build of >= 2 documents always has a validation document
+@stage(CacheConfig, revision=3, group="tokenize", kinds=("numpy",))
+def tokenized_cache(
+    ctx: StepContext, out: PendingArtifact, config: CacheConfig, curated_text: Artifact, tokenizer: Artifact
+) -> None:
+    """Train / validation token shards (split by document hash) with O(1) random access."""
+    # finished chunks survive a killed run here, beside the artifact, keyed by its version
+    work_dir = pending_work_dir(out, ctx.step.version)
+    tok = load_tokenizer(tokenizer.path)
+    build = build_cache([str(curated_text.path)], tok, out.path, config, work_dir, ctx.workers)
+    info = build.info
+    out.metadata.update(vocab_size=info["vocab_size"], dtype=info["dtype"], chunks_reused=build.chunks_reused)
+    for split, counts in info["splits"].items():
+        out.metadata.update(
+            {f"{split}_{name}": counts[name] for name in ("documents", "tokens", "text_bytes")}
+        )
+        out.metadata[f"{split}_shards"] = len(counts["shards"])

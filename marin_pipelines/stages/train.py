@@ -1,0 +1,150 @@
+"""Training: a model on a tokenized cache, and a scaling ladder's runs as (budget x size) partitions.
+
+Each run goes through the launcher (a subprocess here, a pod on Kubernetes); the child writes the
+checkpoint straight into the pending output directory.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from marin_pipelines.scaling.scaling_law import LadderConfig, budget_key
+from marin_pipelines.steps import Check, Launcher, StepContext, stage
+from marin_pipelines.store import Artifact, PendingArtifact
+from marin_pipelines.tokenize.data_mixture import MixtureConfig
+from marin_pipelines.train.checkpoint import LOSS_CURVE_FILE, TRAIN_FILE, TrainConfig
+from marin_pipelines.train.model import MODEL_SIZES, LlamaConfig, preset
+from marin_pipelines.train.run_config import RunConfig
+
+RUN_CONFIG_FILE = "run.yaml"
+
+
+class ModelChoice(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    size: str = Field("micro", description="a name from MODEL_SIZES")
+    seq_len: int = Field(128, ge=8)
+
+    @field_validator("size")
+    @classmethod
+    def _known_size(cls, size: str) -> str:
+        if size not in MODEL_SIZES:
+            raise ValueError(f"unknown model size {size!r}; choose one of {sorted(MODEL_SIZES)}")
+        return size
+
+
+class TrainRunConfig(BaseModel):
+    """What a checkpoint versions: model, training and mixture, or a ladder's rule for a target budget.
+
+    With ``target`` (``LadderConfig.target()``: the ladder's training rule and the budget, not its rungs)
+    the run trains ``model.size`` for ``target_budget`` FLOPs by that rule; seed, betas, decay and the rest
+    come from ``train``. Adding a rung to the ladder changes its prediction, never this run.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    model: ModelChoice = ModelChoice()
+    train: TrainConfig = TrainConfig()
+    data_mixture: MixtureConfig = Field(
+        MixtureConfig(), description="token caches and their weights in every training batch"
+    )
+    target: dict[str, Any] | None = None
+
+    def resolve(self, vocab_size: int) -> tuple[LlamaConfig, TrainConfig]:
+        """The model and training of the run, for the cache's vocabulary."""
+        size, seq_len = self.model.size, self.model.seq_len
+        if self.target is None:
+            return preset(size, vocab_size, seq_len), self.train
+        rule = LadderConfig(**self.target)
+        run = rule.run(size, self.target["target_budget"], vocab_size, seq_len, self.train)
+        return run.model, run.train
+
+
+class LadderRunsConfig(BaseModel):
+    """A scaling ladder's rungs: sizes x budgets, each trained by the ladder's rule on one mixture."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    ladder: LadderConfig = LadderConfig()
+    seq_len: int = Field(128, ge=8)
+    train: TrainConfig = Field(TrainConfig(), description="what the rule leaves: seed, betas, decay...")
+    data_mixture: MixtureConfig = MixtureConfig()
+
+
+def loss_finite_and_falling(artifact: Artifact) -> tuple[bool, dict[str, Any]]:
+    """The final training loss is a number and below the loss at the start."""
+    first, last = artifact.metadata["initial_loss"], artifact.metadata["final_loss"]
+    return math.isfinite(last) and last < first, {"initial_loss": first, "final_loss": last}
+
+
+LOSS_CHECK = {"loss_finite_and_falling": Check(loss_finite_and_falling)}
+
+
+def launch_training(
+    run_dir: Path,
+    cache: Artifact,
+    launcher: Launcher,
+    mixture: MixtureConfig,
+    model: LlamaConfig,
+    config: TrainConfig,
+) -> dict[str, Any]:
+    """Write the run's YAML into ``run_dir``, train it there through the launcher; its summary."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    config_file = run_dir / RUN_CONFIG_FILE
+    RunConfig(model=model.model_dump(), train=config, data=mixture).dump(config_file)
+    launcher.train(config_file, cache.path, run_dir)
+    return json.loads((run_dir / TRAIN_FILE).read_text())["summary"]
+
+
+def run_training(
+    out: PendingArtifact,
+    cache: Artifact,
+    launcher: Launcher,
+    mixture: MixtureConfig,
+    model: LlamaConfig,
+    config: TrainConfig,
+) -> None:
+    """Train into the pending output; the run's summary and loss curve become its metadata."""
+    out.metadata.update(launch_training(out.path, cache, launcher, mixture, model, config))
+    out.metadata["plots"] = {"loss_curve": LOSS_CURVE_FILE}
+
+
+# revision 2: orbax
+@stage(TrainRunConfig, revision=2, group="train", kinds=("jax",), checks=LOSS_CHECK, needs=("launcher",))
+def checkpoint(
+    ctx: StepContext, out: PendingArtifact, config: TrainRunConfig, tokenized_cache: Artifact
+) -> None:
+    """A Llama-style model trained with JAX / Flax NNX / Optax on the tokenized cache."""
+    model, train = config.resolve(tokenized_cache.metadata["vocab_size"])
+    run_training(out, tokenized_cache, ctx.launcher, config.data_mixture, model, train)
+
+
+@stage(
+    LadderRunsConfig,
+    revision=2,
+    group="scaling",
+    kinds=("jax",),
+    partitioning="ladder",
+    checks=LOSS_CHECK,
+    needs=("launcher",),
+)
+def ladder_checkpoint(
+    ctx: StepContext, out: PendingArtifact, config: LadderRunsConfig, tokenized_cache: Artifact
+) -> None:
+    """One run of the scaling ladder: model size x compute budget, tokens = budget / FLOPs per token."""
+    budget_name, size = str(out.partition).split("|")
+    budget = {budget_key(b): b for b in config.ladder.budgets}[budget_name]
+    vocab_size = tokenized_cache.metadata["vocab_size"]
+    run = config.ladder.run(size, budget, vocab_size, config.seq_len, config.train)
+    run_training(out, tokenized_cache, ctx.launcher, config.data_mixture, run.model, run.train)
+    out.metadata["budget_flops"] = budget
+
+
+def ladder_partition_keys(config: LadderRunsConfig) -> tuple[list[str], list[str]]:
+    """The ladder's partition dimensions: budget keys and sizes (a partition key is ``budget|size``)."""
+    return [budget_key(b) for b in config.ladder.budgets], list(config.ladder.sizes)

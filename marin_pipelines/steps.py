@@ -1,0 +1,344 @@
+"""Steps: what experiments are made of (the Marin executor's rule), with no Dagster in sight.
+
+A step is a stage (the function that builds an output), its validated config and its inputs (the
+upstream steps it reads). Its version hashes the stage, the stage's code revision, the config, the
+content the config points at (a crawl's files, held-out sets) and the inputs' versions. Its output lives
+at ``{store}/{step name}/{partition}/{version}/``: named by the step, never by an experiment, so every
+experiment that declares the same step shares one output (and one Dagster asset).
+
+The graph is declared once, here: a step's inputs are what its stage function receives and what its
+version hashes, so no input can go unversioned. ``after`` edges only order steps (a preregistered
+prediction before the run it predicts) and version nothing.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import re
+import sys
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+from pydantic import BaseModel
+
+from marin_pipelines.store import Artifact, ArtifactStore, PendingArtifact, version_hash
+
+STEP_NAME = re.compile(r"[a-z][a-z0-9_]*(/[a-z][a-z0-9_]*)*")
+PACKAGE = Path(__file__).resolve().parent
+Partitioning = Literal["snapshot", "ladder"]
+CheckFn = Callable[[Artifact], tuple[bool, dict[str, Any]]]  # artifact -> (passed, metadata)
+
+
+class StepError(ValueError):
+    """A step or an experiment that cannot be declared: the message names the step, field and place."""
+
+
+@dataclass(frozen=True)
+class Check:
+    """A check on a step's output; ``blocking`` ones stop what is downstream when they fail."""
+
+    fn: CheckFn
+    blocking: bool = True
+
+    @property
+    def description(self) -> str:
+        return (self.fn.__doc__ or "").strip()
+
+
+class Launcher(Protocol):
+    """Where training and evaluation run (a subprocess, a pod): the Dagster layer binds one to its run."""
+
+    def train(self, config_file: Path, data_dir: Path, out_dir: Path) -> list[Any]: ...
+
+    def evaluate(
+        self,
+        checkpoint_dir: Path,
+        tokenizer_file: Path,
+        bpb_sets: dict[str, list[str]],
+        config: Any,
+        batch_size: int,
+        out_file: Path,
+    ) -> list[Any]: ...
+
+
+@dataclass
+class StepContext:
+    """What a stage function may use besides its config and inputs while it builds one output."""
+
+    step: Step
+    store: ArtifactStore
+    partition: str | None = None
+    resources: dict[str, Any] = field(default_factory=dict)  # the stage's `needs`: launcher, annotator
+    log: Callable[[str], None] = lambda message: None
+    workers: int = field(default_factory=lambda: os.cpu_count() or 1)  # not versioned: outputs do not vary
+    made_by: dict[str, str] = field(default_factory=dict)  # the run that builds it (a Dagster run id)
+
+    @property
+    def launcher(self) -> Launcher:
+        return self.resources["launcher"]
+
+
+@dataclass(frozen=True)
+class Stage:
+    """A kind of step: ``run(ctx, out, config, **inputs)`` builds the output into ``out``."""
+
+    name: str
+    run: Callable[..., None]
+    config: type[BaseModel]
+    revision: int = 1  # bump when the logic changes, so that older outputs are not reused
+    group: str = "data"
+    kinds: tuple[str, ...] = ()
+    partitioning: Partitioning | None = None  # the partition of an input of the same partitioning is read
+    checks: Mapping[str, Check] = field(default_factory=dict)
+    needs: tuple[str, ...] = ()  # resources the stage uses: "launcher", "annotator"
+    fingerprint: Callable[[Any], Any] | None = None  # content the config points at, versioned too
+
+    @property
+    def description(self) -> str:
+        return inspect.getdoc(self.run) or ""
+
+    @cached_property
+    def inputs(self) -> tuple[dict[str, bool], bool]:
+        """Input names (-> required) from ``run``'s signature, and whether it takes any others (``**``)."""
+        params = list(inspect.signature(self.run).parameters.values())[3:]  # after ctx, out, config
+        named = {
+            p.name: p.default is inspect.Parameter.empty
+            for p in params
+            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+        }
+        return named, any(p.kind == p.VAR_KEYWORD for p in params)
+
+
+def stage(config: type[BaseModel], **options: Any) -> Callable[[Callable[..., None]], Stage]:
+    """Declare a stage function: ``@stage(ExtractConfig, revision=2)`` over ``def extracted_text(...)``."""
+
+    def wrap(run: Callable[..., None]) -> Stage:
+        return Stage(name=run.__name__, run=run, config=config, **options)
+
+    return wrap
+
+
+def declared_at(skip: int = 0) -> str:
+    """``file:line`` of the first caller outside this package's step machinery: where a step was declared."""
+    frame = sys._getframe(1)
+    # this module, the helpers, and the __init__ that dataclasses generate
+    internal = (str(PACKAGE / "steps.py"), str(PACKAGE / "experiments" / "defaults.py"), "<string>")
+    while frame is not None and (frame.f_code.co_filename in internal or skip > 0):
+        skip -= frame.f_code.co_filename not in internal
+        frame = frame.f_back
+    if frame is None:
+        return "?"
+    return f"{_short(frame.f_code.co_filename)}:{frame.f_lineno}"
+
+
+def _short(filename: str) -> str:
+    path = Path(filename)
+    try:
+        return str(path.relative_to(PACKAGE.parent))
+    except ValueError:
+        return str(path)
+
+
+@dataclass(frozen=True, eq=False)
+class Step:
+    """One node of an experiment's graph. Build them with the helpers in ``experiments/defaults.py``."""
+
+    name: str
+    stage: Stage
+    config: BaseModel
+    inputs: Mapping[str, Step] = field(default_factory=dict)
+    after: tuple[Step, ...] = ()
+    declared_at: str = field(default_factory=declared_at)
+
+    def __post_init__(self) -> None:
+        where = f"step {self.name!r} ({self.declared_at})"
+        if not STEP_NAME.fullmatch(self.name):
+            raise StepError(
+                f"{where}: a step name is lowercase words joined by '/' and '_' (e.g. demo/crawl)"
+            )
+        if not isinstance(self.config, self.stage.config):
+            raise StepError(f"{where}: config must be a {self.stage.config.__name__}")
+        named, more = self.stage.inputs
+        missing = [name for name, required in named.items() if required and name not in self.inputs]
+        unknown = [name for name in self.inputs if name not in named and not more]
+        if missing or unknown:
+            raise StepError(
+                f"{where}: stage {self.stage.name} takes inputs {sorted(named)}; "
+                f"missing {missing}, unknown {unknown}"
+            )
+        for name, upstream in self.inputs.items():
+            if not isinstance(upstream, Step):
+                raise StepError(f"{where}: input {name!r} must be a Step, not {type(upstream).__name__}")
+
+    def __repr__(self) -> str:
+        return f"Step({self.name!r}, version={self.version})"
+
+    @property
+    def key(self) -> list[str]:
+        """The asset key's path and the store path under the root."""
+        return self.name.split("/")
+
+    @cached_property
+    def config_json(self) -> dict[str, Any]:
+        return self.config.model_dump(mode="json")
+
+    @cached_property
+    def version(self) -> str:
+        payload: dict[str, Any] = {
+            "stage": self.stage.name,
+            "revision": self.stage.revision,
+            "config": self.config_json,
+            "inputs": {name: step.version for name, step in sorted(self.inputs.items())},
+        }
+        if self.stage.fingerprint is not None:
+            payload["content"] = self.stage.fingerprint(self.config)
+        if self.reads_snapshots:  # a new snapshot recomputes the stages over all of them, not the others
+            payload["snapshots"] = self.snapshots
+        return version_hash(payload)
+
+    @property
+    def partitioning(self) -> Partitioning | None:
+        """'snapshot': one partition per crawl snapshot; 'ladder': one per (budget, size) rung."""
+        return self.stage.partitioning
+
+    @cached_property
+    def partition_source(self) -> Step | None:
+        """The step that defines this step's partitions: its crawl, or its ladder's checkpoints."""
+        if self.partitioning is None:
+            return None
+        same = [s for s in self.inputs.values() if s.partitioning == self.partitioning]
+        return same[0].partition_source if same else self
+
+    @property
+    def reads_snapshots(self) -> bool:
+        """An unpartitioned step that reads every snapshot of a crawl."""
+        return self.partitioning is None and any(s.partitioning == "snapshot" for s in self.inputs.values())
+
+    @property
+    def snapshots(self) -> list[str]:
+        """The crawl snapshots this step covers, read from the crawl root now ([] if unreadable); read
+        afresh each time, since snapshots arrive while definitions stay loaded."""
+        crawls = {s.partition_source for s in self.inputs.values() if s.partitioning == "snapshot"}
+        if self.partitioning == "snapshot":
+            crawls = {self.partition_source}
+        keys: list[str] = []
+        for crawl in crawls:
+            if crawl is not None:
+                keys += crawl.config.snapshots()  # type: ignore[attr-defined]
+        return keys
+
+    def upstream(self) -> list[Step]:
+        """Every step this one needs, itself last, in an order that runs each after its inputs."""
+        return topological([self])
+
+    def describe(self) -> dict[str, Any]:
+        """What the execution record and the dry-run show of the step."""
+        return {
+            "name": self.name,
+            "stage": self.stage.name,
+            "version": self.version,
+            "config": self.config_json,
+            "inputs": {name: step.name for name, step in self.inputs.items()},
+            "after": [step.name for step in self.after],
+            "declared_at": self.declared_at,
+        }
+
+
+def topological(roots: Iterable[Step]) -> list[Step]:
+    """The steps reachable from ``roots`` (inputs and ``after`` edges), each after its upstreams."""
+    order: list[Step] = []
+    seen: set[int] = set()
+
+    def visit(step: Step) -> None:
+        if id(step) in seen:
+            return
+        seen.add(id(step))
+        for upstream in (*step.inputs.values(), *step.after):
+            visit(upstream)
+        order.append(step)
+
+    for root in roots:
+        visit(root)
+    return order
+
+
+def unique_steps(steps: Iterable[Step]) -> dict[str, Step]:
+    """Steps by name. One name declared twice must be one step: same stage, config and inputs.
+
+    Declaring it again identically is how experiments share it; a second config under the same name is an
+    error naming both places, since the two would otherwise silently share (or fight over) one output.
+    """
+    by_name: dict[str, Step] = {}
+    for step in steps:
+        seen = by_name.setdefault(step.name, step)
+        if seen is not step and seen.version != step.version:
+            raise StepError(
+                f"step {step.name!r} is declared twice with different configs or inputs: at "
+                f"{seen.declared_at} and at {step.declared_at}{_difference(seen, step)}; give one of them "
+                "another name"
+            )
+    return by_name
+
+
+def _difference(a: Step, b: Step) -> str:
+    fields = changed_fields(a.config_json, b.config_json)
+    inputs = sorted(
+        k for k in {*a.inputs, *b.inputs} if _version(a.inputs.get(k)) != _version(b.inputs.get(k))
+    )
+    parts = ([f"config fields {', '.join(fields)}"] if fields else []) + (
+        [f"inputs {', '.join(inputs)}"] if inputs else []
+    )
+    if a.stage.name != b.stage.name:
+        parts.insert(0, f"stages {a.stage.name} and {b.stage.name}")
+    return f" (they differ in {'; '.join(parts)})" if parts else ""
+
+
+def _version(step: Step | None) -> str | None:
+    return step.version if step is not None else None
+
+
+def changed_fields(before: Any, after: Any, prefix: str = "") -> list[str]:
+    """Dotted paths of the fields that differ between two JSON configs (why did my hash fork?)."""
+    if isinstance(before, dict) and isinstance(after, dict):
+        out: list[str] = []
+        for key in sorted({*before, *after}, key=str):
+            path = f"{prefix}.{key}" if prefix else str(key)
+            if key not in before or key not in after:
+                out.append(path)
+            else:
+                out += changed_fields(before[key], after[key], path)
+        return out
+    return [] if before == after else [prefix or "(config)"]
+
+
+def build_step(ctx: StepContext, inputs: Mapping[str, Any]) -> Artifact:
+    """The output for ``ctx.partition``: reused when complete at this version, else built atomically."""
+    step = ctx.step
+    artifact = ctx.store.get(step.key, step.version, ctx.partition)
+    label = step.name + (f" [{ctx.partition}]" if ctx.partition else "")
+    if artifact is not None:
+        ctx.log(f"{label}: reused version {step.version} ({artifact.path})")
+        return artifact
+    ctx.log(f"{label}: computing version {step.version}")
+    write = ctx.store.write(
+        step.key, step.version, ctx.partition, step.config_json, _upstream(step), ctx.made_by
+    )
+    with write as out:
+        step.stage.run(ctx, out, step.config, **inputs)
+    artifact = ctx.store.get(step.key, step.version, ctx.partition)
+    assert artifact is not None
+    ctx.log(f"{label}: done in {artifact.manifest['wall_seconds']:.1f} s ({artifact.path})")
+    return artifact
+
+
+def _upstream(step: Step) -> dict[str, str]:
+    return {name: f"{upstream.name}@{upstream.version}" for name, upstream in step.inputs.items()}
+
+
+def pending_work_dir(out: PendingArtifact, version: str) -> Path:
+    """A folder beside the output, keyed by its version, that survives a failed attempt (resumable work)."""
+    return out.path.with_name(f".{version}.work")
