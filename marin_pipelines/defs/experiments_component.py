@@ -7,7 +7,13 @@ experiments exist is found by ``discover_experiments``: a new module under ``mar
 
 from __future__ import annotations
 
-from dagster import AutomationCondition, ComponentLoadContext, Definitions
+from dagster import (
+    AutomationCondition,
+    AutomationConditionSensorDefinition,
+    ComponentLoadContext,
+    DefaultSensorStatus,
+    Definitions,
+)
 from dagster.components import Component, Model, Resolvable
 
 from marin_pipelines.defs.automation import after_ladders, automation
@@ -25,7 +31,17 @@ def experiment_definitions(experiments: list[Experiment]) -> Definitions:
         step_asset(step, users[step.name], AutomationCondition.eager() if id(step) in automated else None)
         for step in steps
     ]
-    return Definitions(assets=assets, **automation(experiments, steps))
+    parts = automation(experiments, steps)
+    if automated:  # the prediction, the target it predicts, its evaluation, the law: once a ladder is done
+        parts["sensors"].append(
+            AutomationConditionSensorDefinition(
+                "after_ladders",
+                target=[asset for asset, step in zip(assets, steps, strict=True) if id(step) in automated],
+                default_status=DefaultSensorStatus.RUNNING,
+                description="Rolls what follows a scaling ladder forward once its backfill is complete.",
+            )
+        )
+    return Definitions(assets=assets, **parts)
 
 
 class ExperimentsComponent(Component, Model, Resolvable):
