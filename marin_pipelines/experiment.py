@@ -12,6 +12,7 @@ import importlib
 import importlib.util
 import os
 import pkgutil
+import re
 import sys
 import traceback
 from dataclasses import dataclass, field
@@ -39,8 +40,6 @@ class Experiment:
     declared_at: str = field(default_factory=declared_at)
 
     def __post_init__(self) -> None:
-        import re
-
         if not re.fullmatch(NAME, self.name):
             raise ExperimentError(f"experiment {self.name!r} ({self.declared_at}): name must match {NAME}")
         if not self.steps or not all(isinstance(s, Step) for s in self.steps):

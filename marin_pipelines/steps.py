@@ -122,13 +122,12 @@ def stage(config: type[BaseModel], **options: Any) -> Callable[[Callable[..., No
     return wrap
 
 
-def declared_at(skip: int = 0) -> str:
+def declared_at() -> str:
     """``file:line`` of the first caller outside this package's step machinery: where a step was declared."""
     frame = sys._getframe(1)
     # this module, the helpers, and the __init__ that dataclasses generate
     internal = (str(PACKAGE / "steps.py"), str(PACKAGE / "experiments" / "defaults.py"), "<string>")
-    while frame is not None and (frame.f_code.co_filename in internal or skip > 0):
-        skip -= frame.f_code.co_filename not in internal
+    while frame is not None and frame.f_code.co_filename in internal:
         frame = frame.f_back
     if frame is None:
         return "?"
@@ -222,14 +221,11 @@ class Step:
     def snapshots(self) -> list[str]:
         """The crawl snapshots this step covers, read from the crawl root now ([] if unreadable); read
         afresh each time, since snapshots arrive while definitions stay loaded."""
-        crawls = {s.partition_source for s in self.inputs.values() if s.partitioning == "snapshot"}
-        if self.partitioning == "snapshot":
-            crawls = {self.partition_source}
-        keys: list[str] = []
-        for crawl in crawls:
-            if crawl is not None:
-                keys += crawl.config.snapshots()  # type: ignore[attr-defined]
-        return keys
+        sources = [self] if self.partitioning == "snapshot" else list(self.inputs.values())
+        crawls = {
+            s.partition_source.name: s.partition_source for s in sources if s.partitioning == "snapshot"
+        }
+        return [key for _, crawl in sorted(crawls.items()) for key in crawl.config.snapshots()]  # type: ignore
 
     def upstream(self) -> list[Step]:
         """Every step this one needs, itself last, in an order that runs each after its inputs."""

@@ -9,6 +9,7 @@ the step's previous version. It goes through the launcher, as training does: the
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import replace
 from typing import Any
 
@@ -137,8 +138,6 @@ class CompareConfig(BaseModel):
     @field_validator("variants")
     @classmethod
     def _labels(cls, labels: list[str]) -> list[str]:
-        import re
-
         bad = [label for label in labels if not re.fullmatch(LABEL, label)]
         if bad or len(set(labels)) < len(labels):
             raise ValueError(f"variant labels must be distinct lowercase identifiers, got {labels}")
