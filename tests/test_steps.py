@@ -119,6 +119,14 @@ def test_definitions_tag_each_asset_with_the_experiments_that_use_it():
     assert {"marin/experiment.demo", "marin/experiment.zloss_ablation", "marin/experiment.datashop"} - set(
         tags
     ) == {"marin/experiment.datashop"}  # datashop tokenizes its own curated text
+    specs = {
+        (spec.asset_key.to_user_string(), spec.name): spec
+        for assets in defs.assets
+        for spec in assets.check_specs
+    }
+    assert specs[("demo/web_documents", "funnel")].blocking
+    assert specs[("demo/checkpoint", "loss_finite_and_falling")].blocking
+    assert not specs[("demo/scaling_law", "preregistered_prediction")].blocking  # a finding: it warns
     target = graph.get(AssetKey(["demo", "checkpoint"]))
     assert AssetKey(["demo", "scaling_prediction"]) in target.parent_keys  # the order is in the graph
     assert target.automation_condition is not None  # rolls forward once the ladder is done
