@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from marin_pipelines.experiment import Experiment
+from marin_pipelines.stages.train import ladder_partition_keys
 from marin_pipelines.steps import Step, changed_fields
 from marin_pipelines.store import Artifact, ArtifactStore
 
@@ -40,8 +41,7 @@ def step_partitions(step: Step) -> list[str | None]:
 
 
 def ladder_keys(step: Step) -> tuple[list[str], list[str]]:
-    from marin_pipelines.stages.train import ladder_partition_keys
-
+    """A ladder step's partition dimensions (budget keys, sizes), from the ladder that defines them."""
     return ladder_partition_keys(step.partition_source.config)  # type: ignore[union-attr, arg-type]
 
 
