@@ -15,12 +15,12 @@ import os
 import subprocess
 import time
 import uuid
+from functools import cache
 from pathlib import Path
 from typing import Any
 
 from marin_pipelines.experiment import Experiment
-from marin_pipelines.stages.train import ladder_partition_keys
-from marin_pipelines.steps import Step, changed_fields
+from marin_pipelines.steps import Step, changed_fields, upstream_versions
 from marin_pipelines.store import Artifact, ArtifactStore
 
 RECORDS = "_experiments"
@@ -30,24 +30,9 @@ def record_path(store: ArtifactStore, experiment: Experiment) -> Path:
     return store.root / RECORDS / f"{experiment.name}.json"
 
 
-def step_partitions(step: Step) -> list[str | None]:
-    """The partitions a step has now: its crawl's snapshots, its ladder's rungs, or just one."""
-    if step.partitioning == "snapshot":
-        return list(step.snapshots)
-    if step.partitioning == "ladder":
-        budgets, sizes = ladder_keys(step)
-        return [f"{budget}|{size}" for budget in budgets for size in sizes]
-    return [None]
-
-
-def ladder_keys(step: Step) -> tuple[list[str], list[str]]:
-    """A ladder step's partition dimensions (budget keys, sizes), from the ladder that defines them."""
-    return ladder_partition_keys(step.partition_source.config)  # type: ignore[union-attr, arg-type]
-
-
 def step_status(store: ArtifactStore, step: Step) -> dict[str, Any]:
     """``status`` (done / to_run), ``output``, the runs that made it and, if not done, what changed."""
-    partitions = step_partitions(step)
+    partitions: list[str | None] = list(step.partition_keys()) if step.partitioning else [None]
     found = {p: store.get(step.key, step.version, p) for p in partitions}
     done = bool(partitions) and all(found.values())
     partitioned = partitions != [None]
@@ -74,7 +59,7 @@ def why_forked(store: ArtifactStore, step: Step, partition: str | None) -> dict[
     if not previous:
         return None
     last = previous[0].manifest
-    now = {name: f"{up.name}@{up.version}" for name, up in step.inputs.items()}
+    now = upstream_versions(step)
     before = last.get("upstream", {})
     inputs = sorted(name for name in {*now, *before} if now.get(name) != before.get(name))
     fields = changed_fields(last.get("config"), step.config_json)
@@ -86,6 +71,7 @@ def why_forked(store: ArtifactStore, step: Step, partition: str | None) -> dict[
     }
 
 
+@cache  # the code this process runs was loaded once: its commit does not change under it
 def git_state() -> dict[str, Any] | None:
     """The commit of the code that declared the steps, and whether its tree had uncommitted changes."""
     here = Path(__file__).resolve().parent

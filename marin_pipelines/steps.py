@@ -96,6 +96,8 @@ class Stage:
     checks: Mapping[str, Check] = field(default_factory=dict)
     needs: tuple[str, ...] = ()  # resources the stage uses: "launcher", "annotator"
     fingerprint: Callable[[Any], Any] | None = None  # content the config points at, versioned too
+    # a stage that defines partitions: (config, strict) -> keys; strict raises on a source it cannot read
+    partition_keys: Callable[[Any, bool], list[str]] | None = None
 
     @property
     def description(self) -> str:
@@ -217,15 +219,22 @@ class Step:
         """An unpartitioned step that reads every snapshot of a crawl."""
         return self.partitioning is None and any(s.partitioning == "snapshot" for s in self.inputs.values())
 
+    def partition_keys(self, strict: bool = False) -> list[str]:
+        """This step's partitions now, from the step that defines them (a crawl's snapshots, a ladder's
+        rungs); [] for an unpartitioned step. Read afresh each time: snapshots arrive while definitions
+        stay loaded. Not ``strict``, a source that cannot be read gives [] (loading definitions never
+        fails on it; the step raises the clear error when it runs)."""
+        source = self.partition_source
+        if source is None or source.stage.partition_keys is None:
+            return []
+        return source.stage.partition_keys(source.config, strict)
+
     @property
     def snapshots(self) -> list[str]:
-        """The crawl snapshots this step covers, read from the crawl root now ([] if unreadable); read
-        afresh each time, since snapshots arrive while definitions stay loaded."""
+        """The crawl snapshots this step covers: its own partitions, or those of the crawls it reads."""
         sources = [self] if self.partitioning == "snapshot" else list(self.inputs.values())
-        crawls = {
-            s.partition_source.name: s.partition_source for s in sources if s.partitioning == "snapshot"
-        }
-        return [key for _, crawl in sorted(crawls.items()) for key in crawl.config.snapshots()]  # type: ignore
+        crawls = {s.partition_source.name: s for s in sources if s.partitioning == "snapshot"}  # type: ignore[union-attr]
+        return [key for _, step in sorted(crawls.items()) for key in step.partition_keys()]
 
     def upstream(self) -> list[Step]:
         """Every step this one needs, itself last, in an order that runs each after its inputs."""
@@ -321,7 +330,7 @@ def build_step(ctx: StepContext, inputs: Mapping[str, Any]) -> Artifact:
         return artifact
     ctx.log(f"{label}: computing version {step.version}")
     write = ctx.store.write(
-        step.key, step.version, ctx.partition, step.config_json, _upstream(step), ctx.made_by
+        step.key, step.version, ctx.partition, step.config_json, upstream_versions(step), ctx.made_by
     )
     with write as out:
         step.stage.run(ctx, out, step.config, **inputs)
@@ -331,7 +340,8 @@ def build_step(ctx: StepContext, inputs: Mapping[str, Any]) -> Artifact:
     return artifact
 
 
-def _upstream(step: Step) -> dict[str, str]:
+def upstream_versions(step: Step) -> dict[str, str]:
+    """Input -> ``step@version``: what the manifest records of the inputs, to say later what changed."""
     return {name: f"{upstream.name}@{upstream.version}" for name, upstream in step.inputs.items()}
 
 

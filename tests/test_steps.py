@@ -116,9 +116,8 @@ def test_definitions_tag_each_asset_with_the_experiments_that_use_it():
     graph = defs.resolve_asset_graph()
 
     tags = graph.get(AssetKey(["demo", "tokenized_cache"])).tags
-    assert {"marin/experiment.demo", "marin/experiment.zloss_ablation", "marin/experiment.datashop"} - set(
-        tags
-    ) == {"marin/experiment.datashop"}  # datashop tokenizes its own curated text
+    assert {"marin/experiment.demo", "marin/experiment.zloss_ablation"} <= set(tags)
+    assert "marin/experiment.datashop" not in tags  # datashop tokenizes its own curated text
     specs = {
         (spec.asset_key.to_user_string(), spec.name): spec
         for assets in defs.assets

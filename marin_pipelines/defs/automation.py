@@ -31,17 +31,13 @@ from dagster import (
     sensor,
 )
 
-from marin_pipelines.defs.step_assets import asset_key, snapshot_partitions
+from marin_pipelines.defs.step_assets import asset_key, slug, snapshot_partitions
 from marin_pipelines.experiment import Experiment
 from marin_pipelines.steps import Step
 
 QUEUE_TAG = "marin/crawl_queue"
 REFRESH_CRON = "0 4 * * *"  # daily at 04:00
 SENSOR_INTERVAL_SECONDS = 300
-
-
-def slug(step: Step) -> str:
-    return step.name.replace("/", "_")
 
 
 def selection(steps: Iterable[Step]) -> AssetSelection:
@@ -85,9 +81,10 @@ def snapshot_sensor(crawl: Step, job_name: str) -> SensorDefinition:
         description="Adds each new snapshot folder under the crawl root as a partition and processes it.",
     )
     def new_snapshots(context: SensorEvaluationContext) -> SensorResult | SkipReason:
-        found = crawl.config.snapshots()  # type: ignore[attr-defined]
-        if not found:
-            return SkipReason(f"no readable snapshot under {crawl.config.warc_root}")  # type: ignore[attr-defined]
+        try:
+            found = crawl.partition_keys(strict=True)
+        except (FileNotFoundError, ValueError) as error:
+            return SkipReason(f"crawl root unreadable: {error}")
         known = set(context.instance.get_dynamic_partitions(partitions.name))
         new = [snapshot for snapshot in found if snapshot not in known]
         if not new:

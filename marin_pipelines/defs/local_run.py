@@ -15,7 +15,7 @@ from dagster import AssetCheckSeverity, DagsterInstance, ExecuteInProcessResult,
 
 from marin_pipelines.defs.automation import partition_sources, partitioned_by, selection
 from marin_pipelines.defs.experiments_component import experiment_definitions
-from marin_pipelines.defs.step_assets import partitions, snapshot_partitions
+from marin_pipelines.defs.step_assets import snapshot_partitions
 from marin_pipelines.execution_record import write_record
 from marin_pipelines.experiment import Experiment
 from marin_pipelines.resources import default_resources
@@ -70,7 +70,7 @@ def run_plan(steps: list[Step]) -> list[tuple[list[Step], str | None]]:
     """(steps, partition) per run, in an order where every run finds its inputs done."""
     plan: list[tuple[list[Step], str | None]] = []
     for crawl in partition_sources(steps, "snapshot"):
-        keys = crawl.config.snapshots(strict=True)  # type: ignore[attr-defined]  # a missing root: its error
+        keys = crawl.partition_keys(strict=True)  # a missing crawl root: its clear error
         plan += [(partitioned_by(steps, crawl), key) for key in keys]
     ladders = partition_sources(steps, "ladder")
     ladder_steps = [s for ladder in ladders for s in partitioned_by(steps, ladder)]
@@ -78,8 +78,7 @@ def run_plan(steps: list[Step]) -> list[tuple[list[Step], str | None]]:
     if before:
         plan.append((before, None))
     for ladder in ladders:
-        keys = partitions(ladder).get_partition_keys()  # type: ignore[union-attr]
-        plan += [(partitioned_by(steps, ladder), key) for key in keys]
+        plan += [(partitioned_by(steps, ladder), key) for key in ladder.partition_keys()]
     rest = [s for s in steps if s.partitioning is None and s not in before]
     if rest:
         plan.append((rest, None))
@@ -108,8 +107,9 @@ def materialize_experiment(
     for crawl in partition_sources(steps, "snapshot"):
         name = snapshot_partitions(crawl).name
         known = set(instance.get_dynamic_partitions(name))
-        found = crawl.config.snapshots(strict=True)  # type: ignore[attr-defined]
-        instance.add_dynamic_partitions(name, [s for s in found if s not in known])
+        instance.add_dynamic_partitions(
+            name, [s for s in crawl.partition_keys(strict=True) if s not in known]
+        )
     report = ExperimentRun()
     for group, partition in run_plan(steps):
         result = materialize(

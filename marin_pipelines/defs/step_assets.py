@@ -31,7 +31,7 @@ from dagster import (
 )
 
 from marin_pipelines.documents import Funnel
-from marin_pipelines.execution_record import ladder_keys, write_record
+from marin_pipelines.execution_record import write_record
 from marin_pipelines.experiment import Experiment
 from marin_pipelines.resources.launcher import LauncherResource
 from marin_pipelines.resources.store import VERSION_KEY
@@ -46,9 +46,14 @@ def asset_key(step: Step) -> AssetKey:
     return AssetKey(step.key)
 
 
+def slug(step: Step) -> str:
+    """The step's name as Dagster names jobs, sensors and partition sets: ``demo/crawl`` -> ``demo_crawl``."""
+    return step.name.replace("/", "_")
+
+
 def snapshot_partitions(crawl: Step) -> DynamicPartitionsDefinition:
     """The snapshots of one crawl step, shared by every per-snapshot step downstream of it."""
-    return DynamicPartitionsDefinition(name=f"{crawl.name.replace('/', '_')}_snapshot")
+    return DynamicPartitionsDefinition(name=f"{slug(crawl)}_snapshot")
 
 
 def partitions(step: Step) -> PartitionsDefinition | None:
@@ -57,7 +62,8 @@ def partitions(step: Step) -> PartitionsDefinition | None:
         return None
     if step.partitioning == "snapshot":
         return snapshot_partitions(source)
-    budgets, sizes = ladder_keys(step)
+    rungs = [key.split("|") for key in step.partition_keys()]  # budget|size
+    budgets, sizes = (list(dict.fromkeys(values)) for values in zip(*rungs, strict=True))
     return MultiPartitionsDefinition(
         {"budget": StaticPartitionsDefinition(budgets), "size": StaticPartitionsDefinition(sizes)}
     )

@@ -266,8 +266,9 @@ def preregistered_target(
 ) -> Target:
     """A run of ``model`` at the ladder's ``target_budget`` by the ladder's rule, its loss predicted from the
     ladder first: the checkpoint runs after the prediction (an edge in the graph), which never sees it."""
+    where = f"step {prefix + '/checkpoint'!r} ({declared_at()})"
     if ladder.config.target_budget is None:
-        raise StepError(f"{prefix}: the ladder has no target_budget to preregister a run for")
+        raise StepError(f"{where}: the ladder has no target_budget to preregister a run for")
     runs = ladder.checkpoints
     run = {
         "model": _fields(model),
@@ -275,7 +276,7 @@ def preregistered_target(
         "data_mixture": runs.config.data_mixture,
         "target": ladder.config.target(),
     }
-    run_config = validated(train_stages.TrainRunConfig, _drop_none(run), f"{prefix}/checkpoint")
+    run_config = validated(train_stages.TrainRunConfig, _drop_none(run), where)
     cache = runs.inputs["tokenized_cache"]
     prediction = step(
         f"{prefix}/scaling_prediction",

@@ -59,7 +59,14 @@ def crawl_content(config: CrawlConfig) -> Any:
     return crawl_fingerprint(config.warc_root)
 
 
-@stage(CrawlConfig, revision=2, partitioning="snapshot", kinds=("warc",), fingerprint=crawl_content)
+@stage(
+    CrawlConfig,
+    revision=2,
+    partitioning="snapshot",
+    kinds=("warc",),
+    fingerprint=crawl_content,
+    partition_keys=CrawlConfig.snapshots,
+)
 def crawl(ctx: StepContext, out: PendingArtifact, config: CrawlConfig) -> None:
     """WARC files of one crawl snapshot: a folder of the crawl root (listed, not copied), or the demo."""
     if config.warc_root is None:
@@ -91,7 +98,14 @@ def listed_content(config: ListedFiles) -> Any:
     return files_fingerprint([crawl_path(f) for f in config.files])
 
 
-@stage(ListedFiles, revision=2, partitioning="snapshot", kinds=("warc",), fingerprint=listed_content)
+@stage(
+    ListedFiles,
+    revision=2,
+    partitioning="snapshot",
+    kinds=("warc",),
+    fingerprint=listed_content,
+    partition_keys=ListedFiles.snapshots,
+)
 def listed_warc_files(ctx: StepContext, out: PendingArtifact, config: ListedFiles) -> None:
     """WARC files given by name (listed, not copied)."""
     files = [crawl_path(f) for f in config.files]

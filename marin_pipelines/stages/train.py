@@ -124,6 +124,11 @@ def checkpoint(
     run_training(out, tokenized_cache, ctx.launcher, config.data_mixture, model, train)
 
 
+def ladder_partition_keys(config: LadderRunsConfig, strict: bool = False) -> list[str]:
+    """One partition per rung, ``budget|size`` (budget keys keep 3 significant figures)."""
+    return [f"{budget_key(b)}|{size}" for b in config.ladder.budgets for size in config.ladder.sizes]
+
+
 @stage(
     LadderRunsConfig,
     revision=2,
@@ -132,6 +137,7 @@ def checkpoint(
     partitioning="ladder",
     checks=LOSS_CHECK,
     needs=("launcher",),
+    partition_keys=ladder_partition_keys,
 )
 def ladder_checkpoint(
     ctx: StepContext, out: PendingArtifact, config: LadderRunsConfig, tokenized_cache: Artifact
@@ -143,8 +149,3 @@ def ladder_checkpoint(
     run = config.ladder.run(size, budget, vocab_size, config.seq_len, config.train)
     run_training(out, tokenized_cache, ctx.launcher, config.data_mixture, run.model, run.train)
     out.metadata["budget_flops"] = budget
-
-
-def ladder_partition_keys(config: LadderRunsConfig) -> tuple[list[str], list[str]]:
-    """The ladder's partition dimensions: budget keys and sizes (a partition key is ``budget|size``)."""
-    return [budget_key(b) for b in config.ladder.budgets], list(config.ladder.sizes)
