@@ -11,10 +11,8 @@ Only configs go in; secrets live in the environment and never reach a config.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import time
-import uuid
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -26,8 +24,9 @@ from marin_pipelines.store import Artifact, ArtifactStore
 RECORDS = "_experiments"
 
 
-def record_path(store: ArtifactStore, experiment: Experiment) -> Path:
-    return store.root / RECORDS / f"{experiment.name}.json"
+def record_name(experiment: Experiment) -> str:
+    """The record's place under the store's root."""
+    return f"{RECORDS}/{experiment.name}.json"
 
 
 def step_status(store: ArtifactStore, step: Step) -> dict[str, Any]:
@@ -36,7 +35,7 @@ def step_status(store: ArtifactStore, step: Step) -> dict[str, Any]:
     found = {p: store.get(step.key, step.version, p) for p in partitions}
     done = bool(partitions) and all(found.values())
     partitioned = partitions != [None]
-    output = store.path(step.key, step.version, "{partition}" if partitioned else None)
+    output = store.url(step.key, step.version, "{partition}" if partitioned else None)
     entry: dict[str, Any] = {
         **step.describe(),
         "status": "done" if done else "to_run",
@@ -95,17 +94,14 @@ def build_record(store: ArtifactStore, experiment: Experiment) -> dict[str, Any]
         "declared_at": experiment.declared_at,
         "written": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "git": git_state(),
-        "store": str(store.root),
+        "store": store.root,
         "steps": steps,
         "dagster_run_ids": sorted({run for step in steps for run in step["dagster_run_ids"]}),
     }
 
 
-def write_record(store: ArtifactStore, experiment: Experiment) -> Path:
-    """Write the record atomically (a temporary sibling, then a rename); its path."""
-    path = record_path(store, experiment)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:8]}")
-    tmp.write_text(json.dumps(build_record(store, experiment), indent=2, default=str))
-    os.replace(tmp, path)
-    return path
+def write_record(store: ArtifactStore, experiment: Experiment) -> str:
+    """Write the record whole (a rename locally, one object on a bucket); where it is."""
+    return store.write_text(
+        record_name(experiment), json.dumps(build_record(store, experiment), indent=2, default=str)
+    )

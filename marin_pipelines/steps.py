@@ -13,8 +13,8 @@ prediction before the run it predicts) and version nothing.
 
 from __future__ import annotations
 
+import hashlib
 import inspect
-import os
 import re
 import sys
 from collections.abc import Callable, Iterable, Mapping
@@ -25,7 +25,8 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel
 
-from marin_pipelines.store import Artifact, ArtifactStore, PendingArtifact, version_hash
+from marin_pipelines.cpu_limit import available_cpus
+from marin_pipelines.store import Artifact, ArtifactStore, PendingArtifact, cache_dir, is_local, version_hash
 
 STEP_NAME = re.compile(r"[a-z][a-z0-9_]*(/[a-z][a-z0-9_]*)*")
 PACKAGE = Path(__file__).resolve().parent
@@ -50,18 +51,21 @@ class Check:
 
 
 class Launcher(Protocol):
-    """Where training and evaluation run (a subprocess, a pod): the Dagster layer binds one to its run."""
+    """Where training and evaluation run (a subprocess, a pod): the Dagster layer binds one to its run.
 
-    def train(self, config_file: Path, data_dir: Path, out_dir: Path) -> list[Any]: ...
+    Paths are local paths or URLs in the store (``gs://``): a pod on another machine reads and writes them.
+    """
+
+    def train(self, config_file: str, data_dir: str, out_dir: str) -> list[Any]: ...
 
     def evaluate(
         self,
-        checkpoint_dir: Path,
-        tokenizer_file: Path,
+        checkpoint_dir: str,
+        tokenizer_file: str,
         bpb_sets: dict[str, list[str]],
         config: Any,
         batch_size: int,
-        out_file: Path,
+        out_file: str,
     ) -> list[Any]: ...
 
 
@@ -74,7 +78,7 @@ class StepContext:
     partition: str | None = None
     resources: dict[str, Any] = field(default_factory=dict)  # the stage's `needs`: launcher, annotator
     log: Callable[[str], None] = lambda message: None
-    workers: int = field(default_factory=lambda: os.cpu_count() or 1)  # not versioned: outputs do not vary
+    workers: int = field(default_factory=available_cpus)  # not versioned: outputs do not vary
     made_by: dict[str, str] = field(default_factory=dict)  # the run that builds it (a Dagster run id)
 
     @property
@@ -326,7 +330,7 @@ def build_step(ctx: StepContext, inputs: Mapping[str, Any]) -> Artifact:
     artifact = ctx.store.get(step.key, step.version, ctx.partition)
     label = step.name + (f" [{ctx.partition}]" if ctx.partition else "")
     if artifact is not None:
-        ctx.log(f"{label}: reused version {step.version} ({artifact.path})")
+        ctx.log(f"{label}: reused version {step.version} ({artifact.url})")
         return artifact
     ctx.log(f"{label}: computing version {step.version}")
     write = ctx.store.write(
@@ -336,7 +340,7 @@ def build_step(ctx: StepContext, inputs: Mapping[str, Any]) -> Artifact:
         step.stage.run(ctx, out, step.config, **inputs)
     artifact = ctx.store.get(step.key, step.version, ctx.partition)
     assert artifact is not None
-    ctx.log(f"{label}: done in {artifact.manifest['wall_seconds']:.1f} s ({artifact.path})")
+    ctx.log(f"{label}: done in {artifact.manifest['wall_seconds']:.1f} s ({artifact.url})")
     return artifact
 
 
@@ -345,6 +349,9 @@ def upstream_versions(step: Step) -> dict[str, str]:
     return {name: f"{upstream.name}@{upstream.version}" for name, upstream in step.inputs.items()}
 
 
-def pending_work_dir(out: PendingArtifact, version: str) -> Path:
-    """A folder beside the output, keyed by its version, that survives a failed attempt (resumable work)."""
-    return out.path.with_name(f".{version}.work")
+def pending_work_dir(out: PendingArtifact) -> Path:
+    """Local scratch keyed by the output's version that survives a failed attempt (resumable work): the
+    store's work folder beside the output on a local store, else a folder in the local cache."""
+    if is_local(out.work):
+        return Path(out.work)
+    return cache_dir() / "work" / hashlib.sha256(out.work.encode()).hexdigest()[:24]

@@ -1,8 +1,17 @@
-"""Versioned, atomic artifact directories: the Marin executor's output rule.
+"""Versioned, atomic artifact directories: the Marin executor's output rule, on a folder or a bucket.
 
-An artifact lives at ``{root}/{asset path}/{partition}/{version}/``. It is written into a
-temporary sibling and renamed into place with its ``manifest.json`` written last, so a directory
-with a manifest is complete and one without is never read. Same version -> same path -> reuse.
+An artifact lives at ``{root}/{asset path}/{partition}/{version}/``; the root is a local folder or any
+fsspec URL (``gs://bucket/prefix``). Its ``manifest.json`` is written last, after every other file, so a
+folder with a manifest is complete and one without is never read. Same version -> same path -> reuse.
+
+- On a local folder an artifact is written into a temporary sibling and renamed into place.
+- On object storage (no rename) the files are staged on local disk, uploaded to the final folder, and
+  the manifest goes up last; a leftover without a manifest is cleared before a rewrite.
+- Work that must survive a failed attempt (a training run's checkpoints, written by a launched pod)
+  goes into ``PendingArtifact.work``, a folder beside the output keyed by its version that is never
+  cleared on failure: the next attempt resumes there. ``keep_work()`` makes its files part of the output.
+- Readers get ``Artifact.path``, a local folder: the artifact itself on a local store, else a verified
+  copy downloaded once into the cache (``MARIN_CACHE_DIR``). Launched children get ``Artifact.url``.
 """
 
 from __future__ import annotations
@@ -11,6 +20,7 @@ import hashlib
 import json
 import os
 import shutil
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -18,6 +28,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import fsspec
+from fsspec.implementations.local import LocalFileSystem
 
 MANIFEST = "manifest.json"
 UNPARTITIONED = "_"
@@ -29,6 +42,15 @@ def version_hash(payload: Any) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
+def is_local(url: str | os.PathLike[str]) -> bool:
+    return isinstance(fsspec.core.url_to_fs(str(url))[0], LocalFileSystem)
+
+
+def cache_dir() -> Path:
+    """Local disk for copies of remote artifacts and scratch work: ``MARIN_CACHE_DIR`` or ~/.cache."""
+    return Path(os.environ.get("MARIN_CACHE_DIR") or Path.home() / ".cache" / "marin-pipelines")
+
+
 def _sha256(path: Path) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as f:
@@ -37,12 +59,82 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+def _file_entries(folder: Path) -> list[dict[str, Any]]:
+    files = sorted(p for p in folder.rglob("*") if p.is_file())
+    return [
+        {"name": p.relative_to(folder).as_posix(), "bytes": p.stat().st_size, "sha256": _sha256(p)}
+        for p in files
+    ]
+
+
+def read_url(url: str) -> str:
+    """A whole text file at a local path or a URL."""
+    fs, path = fsspec.core.url_to_fs(url)
+    return fs.cat_file(path).decode()
+
+
+def write_url(url: str, text: str) -> None:
+    """A whole text file at a local path or a URL (its folder made where folders exist)."""
+    fs, path = fsspec.core.url_to_fs(url)
+    fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
+    fs.pipe_file(path, text.encode())
+
+
+def read_manifest(url: str) -> dict[str, Any] | None:
+    """The manifest of the artifact at ``url``, or None while it is absent or incomplete."""
+    fs, path = fsspec.core.url_to_fs(str(url))
+    try:
+        return json.loads(fs.cat_file(f"{path.rstrip('/')}/{MANIFEST}"))
+    except FileNotFoundError:
+        return None
+
+
+def local_copy(url: str | os.PathLike[str], manifest: dict[str, Any] | None = None) -> Path:
+    """A local folder holding the complete artifact at ``url``: the folder itself when it is local, else a
+    copy in ``cache_dir()``, downloaded once (atomically, manifest last) and checked against the manifest's
+    sizes and hashes. An artifact never changes after its manifest is written, so the copy never goes stale.
+    """
+    url = str(url)
+    if is_local(url):
+        return Path(fsspec.core.url_to_fs(url)[1])
+    manifest = manifest or read_manifest(url)
+    if manifest is None:
+        raise FileNotFoundError(f"no complete artifact at {url} (no {MANIFEST})")
+    local = cache_dir() / "store" / hashlib.sha256(url.rstrip("/").encode()).hexdigest()[:24]
+    if (local / MANIFEST).is_file():
+        return local
+    fs, root = fsspec.core.url_to_fs(url)
+    local.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{local.name}.", dir=local.parent))
+    try:
+        for entry in manifest["files"]:
+            target = tmp / entry["name"]
+            target.parent.mkdir(parents=True, exist_ok=True)
+            fs.get_file(f"{root.rstrip('/')}/{entry['name']}", str(target))
+            if target.stat().st_size != entry["bytes"] or entry.get("sha256") not in (None, _sha256(target)):
+                raise OSError(f"{url}/{entry['name']} does not match its manifest (size or sha256)")
+        (tmp / MANIFEST).write_text(json.dumps(manifest))
+        try:
+            os.replace(tmp, local)
+        except OSError:  # another process finished the same copy first: keep theirs
+            if not (local / MANIFEST).is_file():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return local
+
+
 @dataclass
 class Artifact:
-    """A complete artifact: its directory and its manifest."""
+    """A complete artifact: where it lives (``url``), and its manifest."""
 
-    path: Path
+    url: str
     manifest: dict[str, Any]
+
+    @property
+    def path(self) -> Path:
+        """A local folder to read it from (downloaded on first use when the store is remote)."""
+        return local_copy(self.url, self.manifest)
 
     @property
     def metadata(self) -> dict[str, Any]:
@@ -55,45 +147,89 @@ class Artifact:
     def file(self, name: str) -> Path:
         return self.path / name
 
+    def read_bytes(self, name: str) -> bytes:
+        """One file, read where it lives (no copy of the whole artifact)."""
+        fs, root = fsspec.core.url_to_fs(self.url)
+        return fs.cat_file(f"{root}/{name}")
+
 
 @dataclass
 class PendingArtifact:
-    """An artifact being written: files go into ``path``; ``metadata`` ends up in the manifest."""
+    """An artifact being written: files go into ``path`` (local disk); ``metadata`` ends up in the manifest.
+
+    ``work`` is the resumable work folder (a local path or URL, as the store's root) for what a launched
+    child writes: it outlives a failed attempt, and with ``keep_work()`` its files become the output's.
+    """
 
     path: Path
     partition: str | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
+    url: str = ""
+    work: str = ""
+    kept_work: bool = False
+
+    def keep_work(self) -> None:
+        self.kept_work = True
 
 
 class ArtifactStore:
-    """A root folder of versioned artifacts."""
+    """A root of versioned artifacts: a local folder or an fsspec URL."""
 
     def __init__(self, root: str | os.PathLike[str]):
-        self.root = Path(root).expanduser()
+        root = str(root) if "://" in str(root) else str(Path(root).expanduser())
+        self.fs, base = fsspec.core.url_to_fs(root)
+        self.local = isinstance(self.fs, LocalFileSystem)
+        self.root = str(Path(base).expanduser().absolute()) if self.local else root.rstrip("/")
+        self._base = self.root if self.local else base.rstrip("/")
 
-    def path(self, asset_path: list[str], version: str, partition: str | None = None) -> Path:
+    def url(self, asset_path: list[str], version: str, partition: str | None = None) -> str:
         folder = partition.replace("|", ",") if partition else UNPARTITIONED  # multi-partition keys
-        return self.root.joinpath(*asset_path, folder, version)
+        return "/".join([self.root, *asset_path, folder, version])
+
+    def _fs_path(self, url: str) -> str:
+        return url if self.local else self._base + url[len(self.root) :]
 
     def get(self, asset_path: list[str], version: str, partition: str | None = None) -> Artifact | None:
         """The complete artifact at this version, or None if absent or incomplete."""
-        path = self.path(asset_path, version, partition)
-        manifest = path / MANIFEST
-        if not manifest.is_file():
-            return None
-        return Artifact(path, json.loads(manifest.read_text()))
+        url = self.url(asset_path, version, partition)
+        manifest = read_manifest(url)
+        return Artifact(url, manifest) if manifest is not None else None
 
     def others(self, asset_path: list[str], version: str, partition: str | None = None) -> list[Artifact]:
         """Complete artifacts of the same asset and partition at other versions, newest first."""
-        folder = self.path(asset_path, version, partition).parent
+        folder = self._fs_path(self.url(asset_path, version, partition)).rsplit("/", 1)[0]
+        try:
+            names = [entry.rstrip("/").rsplit("/", 1)[-1] for entry in self.fs.ls(folder, detail=False)]
+        except FileNotFoundError:
+            names = []
         found = [
             artifact
-            for path in (folder.iterdir() if folder.is_dir() else [])
-            if path.name != version
-            and not path.name.startswith(".")
-            and (artifact := self.get(asset_path, path.name, partition)) is not None
+            for name in names
+            if name != version
+            and not name.startswith(".")
+            and (artifact := self.get(asset_path, name, partition)) is not None
         ]
         return sorted(found, key=lambda a: a.manifest.get("created", ""), reverse=True)
+
+    def read_text(self, relative: str) -> str | None:
+        """A file under the root that is not an artifact (an execution record), or None if absent."""
+        try:
+            return self.fs.cat_file(f"{self._base}/{relative}").decode()
+        except FileNotFoundError:
+            return None
+
+    def write_text(self, relative: str, text: str) -> str:
+        """Replace a file under the root whole (a rename locally; one object upload on a bucket)."""
+        url = f"{self._base}/{relative}"
+        if self.local:
+            path = Path(url)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:8]}")
+            tmp.write_text(text)
+            os.replace(tmp, path)
+        else:
+            self.fs.pipe_file(url, text.encode())
+        return f"{self.root}/{relative}"
 
     @contextmanager
     def write(
@@ -105,19 +241,22 @@ class ArtifactStore:
         upstream: dict[str, str] | None = None,
         made_by: dict[str, str] | None = None,
     ) -> Iterator[PendingArtifact]:
-        """Write an artifact atomically; on any error the temporary directory is removed.
+        """Write an artifact atomically; on any error the staged files are removed (``work`` is kept).
 
         ``config``, ``upstream`` (input -> step@version) and ``made_by`` (the run: its id) go into the
         manifest: what made this version, and who.
         """
-        final = self.path(asset_path, version, partition)
-        tmp = final.with_name(f".{final.name}.tmp-{uuid.uuid4().hex[:8]}")
-        tmp.mkdir(parents=True)
-        pending = PendingArtifact(tmp, partition)
+        final = self.url(asset_path, version, partition)
+        work = final.rsplit("/", 1)[0] + f"/.{version}.work"
+        if self.local:
+            tmp = Path(f"{final.rsplit('/', 1)[0]}/.{version}.tmp-{uuid.uuid4().hex[:8]}")
+            tmp.mkdir(parents=True)
+        else:
+            tmp = Path(tempfile.mkdtemp(prefix=f"{version}.", dir=_scratch()))
+        pending = PendingArtifact(tmp, partition, url=final, work=work)
         started = time.time()
         try:
             yield pending
-            files = sorted(p for p in tmp.rglob("*") if p.is_file())
             manifest = {
                 "asset": "/".join(asset_path),
                 "partition": partition,
@@ -127,16 +266,57 @@ class ArtifactStore:
                 "made_by": made_by or {},
                 "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                 "wall_seconds": round(time.time() - started, 3),
-                "files": [
-                    {"name": str(p.relative_to(tmp)), "bytes": p.stat().st_size, "sha256": _sha256(p)}
-                    for p in files
-                ],
+                "files": [],
                 "metadata": pending.metadata,
             }
-            (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, default=str))
-            if final.exists():  # an incomplete leftover of a killed run: never trusted, replaced
-                shutil.rmtree(final)
-            os.replace(tmp, final)
+            if self.local:
+                self._commit_local(pending, manifest, Path(final))
+            else:
+                self._commit_remote(pending, manifest, final)
         finally:
-            if tmp.exists():
-                shutil.rmtree(tmp, ignore_errors=True)
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    def _commit_local(self, pending: PendingArtifact, manifest: dict[str, Any], final: Path) -> None:
+        work = Path(pending.work)
+        if pending.kept_work and work.is_dir():
+            for entry in work.iterdir():  # same file system: renames, nothing copied
+                os.replace(entry, pending.path / entry.name)
+        manifest["files"] = _file_entries(pending.path)
+        (pending.path / MANIFEST).write_text(json.dumps(manifest, indent=2, default=str))
+        if final.exists():  # an incomplete leftover of a killed run: never trusted, replaced
+            shutil.rmtree(final)
+        os.replace(pending.path, final)
+        shutil.rmtree(work, ignore_errors=True)
+
+    def _commit_remote(self, pending: PendingArtifact, manifest: dict[str, Any], final: str) -> None:
+        fs, target, work = self.fs, self._fs_path(final), self._fs_path(pending.work)
+        if fs.exists(target):  # an incomplete leftover of a killed run: never trusted, replaced
+            fs.rm(target, recursive=True)
+        staged = _file_entries(pending.path)
+        for entry in staged:
+            fs.put_file(str(pending.path / entry["name"]), f"{target}/{entry['name']}")
+        kept = []
+        if pending.kept_work and fs.exists(work):
+            for name in sorted(fs.find(work)):  # server-side copies within the bucket
+                relative = name[len(work) + 1 :]
+                fs.copy(name, f"{target}/{relative}")
+                info = fs.info(name)
+                kept.append({"name": relative, "bytes": info["size"], "checksum": _checksum(info)})
+        manifest["files"] = sorted(staged + kept, key=lambda e: e["name"])
+        fs.pipe_file(f"{target}/{MANIFEST}", json.dumps(manifest, indent=2, default=str).encode())  # last
+        if fs.exists(work):
+            fs.rm(work, recursive=True)
+
+
+def _checksum(info: dict[str, Any]) -> str | None:
+    """The object store's own checksum of a file (hashing would mean downloading it)."""
+    for key in ("crc32c", "md5Hash", "ETag", "etag"):
+        if info.get(key):
+            return f"{key}:{info[key]}"
+    return None
+
+
+def _scratch() -> Path:
+    folder = cache_dir() / "staging"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder

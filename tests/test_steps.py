@@ -11,7 +11,7 @@ from dagster import DagsterInstance
 from marin_pipelines.cli import main
 from marin_pipelines.defs.experiments_component import experiment_definitions
 from marin_pipelines.defs.local_run import materialize_experiment
-from marin_pipelines.execution_record import record_path
+from marin_pipelines.execution_record import record_name
 from marin_pipelines.experiment import Experiment, ExperimentError, discover_experiments
 from marin_pipelines.experiments.defaults import (
     compare,
@@ -187,7 +187,7 @@ def test_the_comparison_holds_every_variant(ablation):
 
 def test_the_execution_record_lists_every_step_and_the_runs(ablation, monkeypatch):
     root, _, experiment, first, second = ablation
-    record = json.loads(record_path(ArtifactStore(root), experiment).read_text())
+    record = json.loads(ArtifactStore(root).read_text(record_name(experiment)))
     assert [s["name"] for s in record["steps"]] == [s.name for s in experiment.all_steps]
     assert all(s["status"] == "done" for s in record["steps"])
     # the runs that made the outputs: the baseline's made the shared steps, the ablation's the rest

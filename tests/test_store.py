@@ -1,9 +1,11 @@
 import json
+from pathlib import Path
 
+import fsspec
 import pytest
 
 from marin_pipelines.documents import Funnel, read_documents, write_stage
-from marin_pipelines.store import ArtifactStore, version_hash
+from marin_pipelines.store import MANIFEST, ArtifactStore, local_copy, version_hash
 
 
 def test_version_hash_is_stable_and_order_free():
@@ -34,7 +36,7 @@ def test_failed_write_leaves_nothing_that_is_read(tmp_path):
 
 def test_directory_without_manifest_is_not_trusted(tmp_path):
     store = ArtifactStore(tmp_path)
-    store.path(["a"], "v1").mkdir(parents=True)
+    Path(store.url(["a"], "v1")).mkdir(parents=True)
     assert store.get(["a"], "v1") is None
     with store.write(["a"], "v1") as out:  # a rerun replaces the leftover
         (out.path / "f").write_text("x")
@@ -42,8 +44,78 @@ def test_directory_without_manifest_is_not_trusted(tmp_path):
 
 
 def test_multi_partition_keys_become_folder_names(tmp_path):
-    path = ArtifactStore(tmp_path).path(["demo", "ladder"], "v", "1e11|nano")
-    assert path.parent.name == "1e11,nano"
+    url = ArtifactStore(tmp_path).url(["demo", "ladder"], "v", "1e11|nano")
+    assert url.split("/")[-2] == "1e11,nano"
+
+
+def test_work_folder_survives_a_failure_and_becomes_the_output_when_kept(tmp_path):
+    """What a launched child writes (a training run) outlives a failed attempt; the retry resumes there."""
+    store = ArtifactStore(tmp_path)
+    with pytest.raises(RuntimeError), store.write(["ckpt"], "v1") as out:
+        Path(out.work).mkdir(parents=True)
+        (Path(out.work) / "step-1").write_text("checkpoint")
+        raise RuntimeError("preempted")
+    assert store.get(["ckpt"], "v1") is None
+    with store.write(["ckpt"], "v1") as out:
+        assert (Path(out.work) / "step-1").read_text() == "checkpoint"  # the second attempt finds it
+        (Path(out.work) / "step-2").write_text("checkpoint")
+        (out.path / "summary.json").write_text("{}")
+        out.keep_work()
+    artifact = store.get(["ckpt"], "v1")
+    assert [f["name"] for f in artifact.manifest["files"]] == ["step-1", "step-2", "summary.json"]
+    assert not Path(out.work).exists()
+
+
+@pytest.mark.parametrize("fail", [False, True])
+def test_store_on_a_bucket(gcs_root, tmp_path, monkeypatch, fail):
+    """gs:// through a real Cloud Storage API: files first, the manifest last, nothing read before it."""
+    monkeypatch.setenv("MARIN_CACHE_DIR", str(tmp_path / "cache"))
+    store = ArtifactStore(gcs_root)
+    fs, root = fsspec.url_to_fs(gcs_root)
+    fs.pipe_file(f"{root}/a/_/v1/stale.txt", b"left by a killed upload")  # no manifest: never trusted
+    assert store.get(["a"], "v1") is None
+    fs.pipe_file(f"{root}/a/_/.v1.work/ckpt/step-1", b"resumable")
+    try:
+        with store.write(["a"], "v1", config={"x": 1}) as out:
+            (out.path / "data.txt").write_text("hello")
+            (out.path / "sub").mkdir()
+            (out.path / "sub" / "more.bin").write_bytes(b"\0" * 1000)
+            out.metadata["count"] = 2
+            out.keep_work()
+            if fail:
+                raise RuntimeError("killed")
+    except RuntimeError:
+        assert fail
+    artifact = store.get(["a"], "v1")
+    if fail:
+        assert artifact is None and fs.exists(f"{root}/a/_/.v1.work/ckpt/step-1")  # kept for the retry
+        return
+    assert artifact.url == f"{gcs_root}/a/_/v1" and artifact.metadata == {"count": 2}
+    names = [f["name"] for f in artifact.manifest["files"]]
+    assert names == ["ckpt/step-1", "data.txt", "sub/more.bin"]  # the leftover is gone, the work kept
+    assert not fs.exists(f"{root}/a/_/.v1.work") and not fs.exists(f"{root}/a/_/v1/stale.txt")
+    assert artifact.read_bytes("data.txt") == b"hello"
+    local = artifact.path  # a verified local copy, made once
+    assert local.is_relative_to(tmp_path / "cache") and (local / "sub" / "more.bin").stat().st_size == 1000
+    assert (local / "ckpt" / "step-1").read_bytes() == b"resumable" and (local / MANIFEST).is_file()
+    assert local_copy(artifact.url) == local
+    with store.write(["a"], "v2") as out:
+        (out.path / "data.txt").write_text("newer")
+    assert [a.version for a in store.others(["a"], "v2")] == ["v1"]
+    assert store.write_text("_experiments/x.json", "{}") == f"{gcs_root}/_experiments/x.json"
+    assert store.read_text("_experiments/x.json") == "{}"
+
+
+def test_local_copy_rejects_a_file_that_does_not_match_its_manifest(gcs_root, tmp_path, monkeypatch):
+    monkeypatch.setenv("MARIN_CACHE_DIR", str(tmp_path / "cache"))
+    store = ArtifactStore(gcs_root)
+    with store.write(["a"], "v1") as out:
+        (out.path / "data.txt").write_text("hello")
+    fs, root = fsspec.url_to_fs(gcs_root)
+    fs.pipe_file(f"{root}/a/_/v1/data.txt", b"HELLO")  # same size, other bytes
+    with pytest.raises(OSError, match="does not match its manifest"):
+        local_copy(f"{gcs_root}/a/_/v1")
+    assert not (tmp_path / "cache" / "store").exists() or not any((tmp_path / "cache" / "store").iterdir())
 
 
 def test_write_stage_keeps_removed_documents_with_reason(tmp_path):

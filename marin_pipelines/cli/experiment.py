@@ -31,7 +31,7 @@ def list_experiments() -> int:
 
 
 def dry_run(name: str, store_root: str | None) -> dict:
-    from marin_pipelines.execution_record import record_path, step_status
+    from marin_pipelines.execution_record import record_name, step_status
     from marin_pipelines.experiment import default_store_root
     from marin_pipelines.store import ArtifactStore
 
@@ -42,7 +42,7 @@ def dry_run(name: str, store_root: str | None) -> dict:
         status = step_status(store, step)
         keys = ("name", "version", "status", "output", "partitions", "changed")
         steps.append({key: status[key] for key in keys if key in status})
-    return {"experiment": name, "record": str(record_path(store, experiment)), "steps": steps}
+    return {"experiment": name, "record": f"{store.root}/{record_name(experiment)}", "steps": steps}
 
 
 def run_experiments(names: list[str], store_root: str | None, dry: bool = False) -> int:

@@ -14,6 +14,8 @@ import os
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from marin_pipelines.cpu_limit import available_cpus
+
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
@@ -28,7 +30,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--warc", nargs="+", required=True, metavar="PATH", help="WARC/ARC files or folders")
     parser.add_argument("--out", required=True, help="store root for the outputs (a folder)")
     parser.add_argument("--snapshot", default="cli", help="the snapshot key the outputs are filed under")
-    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="worker processes")
+    parser.add_argument(
+        "--workers", type=int, default=available_cpus(), help="worker processes (default: the CPU limit)"
+    )
     parser.set_defaults(run=_run)
 
 

@@ -10,6 +10,8 @@ import time
 import uuid
 from pathlib import Path
 
+from marin_pipelines.cpu_limit import available_cpus
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
@@ -24,7 +26,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     which.add_argument("--vocab-size", type=int, help="train a byte-level BPE of this size on the input")
     parser.add_argument("--validation-fraction", type=float, default=0.05, help="share of validation docs")
     parser.add_argument("--seed", type=int, default=0, help="seed of the id hash that assigns splits")
-    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="encoding processes")
+    parser.add_argument(
+        "--workers", type=int, default=available_cpus(), help="encoding processes (default: the CPU limit)"
+    )
     parser.set_defaults(run=run_tokenize)
 
 

@@ -8,8 +8,8 @@ experiments that use the step.
 
 import base64
 import logging
+import os
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 from dagster import (
@@ -21,11 +21,14 @@ from dagster import (
     AssetKey,
     AssetsDefinition,
     AutomationCondition,
+    Backoff,
     DynamicPartitionsDefinition,
+    Jitter,
     MetadataValue,
     MultiPartitionsDefinition,
     Output,
     PartitionsDefinition,
+    RetryPolicy,
     StaticPartitionsDefinition,
     asset,
 )
@@ -75,11 +78,23 @@ class BoundLauncher:
     def __init__(self, resource: LauncherResource, context: AssetExecutionContext):
         self.resource, self.context = resource, context
 
-    def train(self, config_file: Path, data_dir: Path, out_dir: Path) -> list[Any]:
+    def train(self, config_file: str, data_dir: str, out_dir: str) -> list[Any]:
         return self.resource.train(self.context, config_file, data_dir, out_dir)
 
     def evaluate(self, *args: Any) -> list[Any]:
         return self.resource.evaluate(self.context, *args)
+
+
+def launch_retry_policy() -> RetryPolicy:
+    """Training and evaluation run in pods that get preempted and nodes that get lost: each retry resumes
+    from the last checkpoint in the step's work folder. ``MARIN_RETRIES`` and ``MARIN_RETRY_DELAY_SECONDS``
+    (doubled per retry) tune it."""
+    return RetryPolicy(
+        max_retries=int(os.environ.get("MARIN_RETRIES", "3")),
+        delay=float(os.environ.get("MARIN_RETRY_DELAY_SECONDS", "60")),
+        backoff=Backoff.EXPONENTIAL,
+        jitter=Jitter.PLUS_MINUS,
+    )
 
 
 def step_asset(
@@ -102,6 +117,7 @@ def step_asset(
         kinds=set(stage.kinds) or None,
         tags={EXPERIMENT_TAG.format(e.name): "" for e in users},
         automation_condition=automation,
+        retry_policy=launch_retry_policy() if "launcher" in stage.needs else None,
         check_specs=[
             AssetCheckSpec(name, asset=key, description=check.description, blocking=check.blocking)
             for name, check in stage.checks.items()
@@ -140,7 +156,7 @@ def dagster_metadata(artifact: Artifact, reused: bool) -> dict[str, Any]:
     """Manifest -> UI metadata: scalars as numbers (plotted over time), the funnel as a table."""
     files = artifact.manifest["files"]
     out: dict[str, Any] = {
-        "path": MetadataValue.path(str(artifact.path)),
+        "path": MetadataValue.path(artifact.url),
         "version": artifact.version,
         "reused": reused,
         "files": len(files),
@@ -175,5 +191,5 @@ def funnel_metadata(funnel: Funnel) -> dict[str, Any]:
 
 
 def png_markdown(artifact: Artifact, title: str, filename: str) -> MetadataValue:
-    data = base64.b64encode(artifact.file(filename).read_bytes()).decode()
+    data = base64.b64encode(artifact.read_bytes(filename)).decode()
     return MetadataValue.md(f"![{title}](data:image/png;base64,{data})")

@@ -17,6 +17,8 @@ from typing import Any, Literal
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from marin_pipelines.store import read_url
+
 # The names marin_pipelines.train.checkpoint writes; not imported from there, which would load JAX.
 METRICS_FILE = "metrics.jsonl"
 TRAIN_FILE = "train.json"
@@ -36,7 +38,7 @@ class Variant:
     """One arm of the ablation: what its training step wrote and what its evaluation step reported."""
 
     label: str
-    checkpoint_dir: Path
+    checkpoint_dir: str | Path  # a local folder or a URL in the store
     evals: dict[str, Any]
 
 
@@ -109,18 +111,20 @@ def compare_variants(variants: list[Variant], hypothesis: str, out_dir: Path) ->
     return metadata
 
 
-def _read_text(path: Path, variant: Variant) -> str:
-    if not path.is_file():
-        raise FileNotFoundError(f"variant {variant.label!r}: {path} not found (is it a training output?)")
+def _read_text(path: str, variant: Variant) -> str:
     try:
-        return path.read_text()
+        return read_url(path)
+    except FileNotFoundError:
+        raise FileNotFoundError(
+            f"variant {variant.label!r}: {path} not found (is it a training output?)"
+        ) from None
     except (OSError, UnicodeDecodeError) as e:
         raise ValueError(f"variant {variant.label!r}: cannot read {path}: {e}") from e
 
 
 def _loss_curve(variant: Variant) -> dict[str, list[Any]]:
     """Steps, losses and skipped steps as lists: what comparison.json keeps and the plot draws."""
-    path = Path(variant.checkpoint_dir) / METRICS_FILE
+    path = f"{variant.checkpoint_dir}/{METRICS_FILE}"
     curve: dict[str, list[Any]] = {"step": [], "loss": [], "skipped_steps": []}
     for number, line in enumerate(_read_text(path, variant).splitlines(), start=1):
         if not line.strip():
@@ -143,7 +147,7 @@ def _loss_curve(variant: Variant) -> dict[str, list[Any]]:
 
 
 def _train_summary(variant: Variant) -> dict[str, Any]:
-    path = Path(variant.checkpoint_dir) / TRAIN_FILE
+    path = f"{variant.checkpoint_dir}/{TRAIN_FILE}"
     try:
         summary = json.loads(_read_text(path, variant))["summary"]
     except (json.JSONDecodeError, KeyError, TypeError) as e:

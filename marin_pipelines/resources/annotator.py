@@ -21,6 +21,7 @@ from marin_pipelines.quality.annotation import (
     SimilarityAnnotator,
 )
 from marin_pipelines.resources.store import ArtifactStoreResource
+from marin_pipelines.store import cache_dir
 
 CACHE_FILE = "_annotations/chat-answers.sqlite"
 
@@ -78,7 +79,10 @@ class AnnotatorResource(ConfigurableResource):
             max_retries=self.max_retries,
             backoff_s=self.backoff_s,
         )
-        cache = AnswerCache(
-            Path(self.cache_path) if self.cache_path else self.store.store().root / CACHE_FILE
-        )
+        cache = AnswerCache(Path(self.cache_path) if self.cache_path else self._default_cache())
         return ChatAnnotator(settings, config, cache, api_key, seed=config.seed)
+
+    def _default_cache(self) -> Path:
+        """Beside the store on a local folder; on a bucket (sqlite needs a local file) in the local cache."""
+        store = self.store.store()
+        return (Path(store.root) if store.local else cache_dir()) / CACHE_FILE

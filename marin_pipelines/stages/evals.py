@@ -25,7 +25,7 @@ from marin_pipelines.evals.checkpoint_eval import (
 from marin_pipelines.evals.comparison import Variant, compare_variants
 from marin_pipelines.evals.eval_results import combine_bpb
 from marin_pipelines.steps import Check, StepContext, stage
-from marin_pipelines.store import Artifact, PendingArtifact
+from marin_pipelines.store import Artifact, PendingArtifact, read_url
 from marin_pipelines.tokenize.data_mixture import MixtureConfig
 from marin_pipelines.tokenize.tokenizer import TOKENIZER_FILE
 
@@ -76,19 +76,19 @@ def eval_results(
     inputs are scored as sets of their own (``bpb/NAME``), e.g. one text every variant of an ablation
     is measured on."""
     mixture = MixtureConfig.model_validate(checkpoint.manifest["config"]["data_mixture"])
-    validation = {
-        name: [source.cache or str(tokenized_cache.path)] for name, source in mixture.sources.items()
-    }
-    sets = {**validation, **{name: [str(cache.path)] for name, cache in caches.items()}}
+    validation = {name: [source.cache or tokenized_cache.url] for name, source in mixture.sources.items()}
+    sets = {**validation, **{name: [cache.url] for name, cache in caches.items()}}
+    results_file = f"{out.work}/{RESULTS}"  # the child may be a pod: it writes into the store
     messages = ctx.launcher.evaluate(
-        checkpoint.path,
-        tokenizer.path / TOKENIZER_FILE,
+        checkpoint.url,
+        f"{tokenizer.url}/{TOKENIZER_FILE}",
         sets,
         config.evals,
         config.batch_size,
-        out.path / RESULTS,
+        results_file,
     )
-    results = json.loads((out.path / RESULTS).read_text())
+    results = json.loads(read_url(results_file))
+    out.keep_work()
     reported = [m["evaluated_on"] for m in messages if isinstance(m, dict) and "evaluated_on" in m]
     if not reported:  # the results are in the file; only where they were computed is unknown
         ctx.log("warning: the evaluation sent no summary message: evaluated_on is not reported")
@@ -149,7 +149,7 @@ def comparison(ctx: StepContext, out: PendingArtifact, config: CompareConfig, **
     """The variants side by side: loss curves overlaid, validation loss, bits-per-byte per set, task
     scores, tokens and FLOPs, with the experiment's hypothesis."""
     variants = [
-        Variant(label, runs[f"{label}_checkpoint"].path, runs[f"{label}_eval"].metadata)
+        Variant(label, runs[f"{label}_checkpoint"].url, runs[f"{label}_eval"].metadata)
         for label in config.variants
     ]
     out.metadata.update(compare_variants(variants, config.hypothesis, out.path))

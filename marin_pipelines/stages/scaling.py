@@ -27,7 +27,7 @@ from marin_pipelines.scaling.speedrun import (
 )
 from marin_pipelines.stages.train import TrainRunConfig, launch_training
 from marin_pipelines.steps import Check, StepContext, stage
-from marin_pipelines.store import Artifact, PendingArtifact
+from marin_pipelines.store import Artifact, PendingArtifact, read_url, write_url
 from marin_pipelines.tokenize.data_mixture import MixtureConfig
 from marin_pipelines.tokenize.tokenized_cache import TokenCache
 from marin_pipelines.tokenize.tokenizer import TOKENIZER_FILE
@@ -135,7 +135,7 @@ def scaling_prediction(
     }
     extrapolation = target["flops"] / max(r["budget"] for r in runs)
     sources = {
-        name: (source.weight, TokenCache(source.cache or tokenized_cache.path))
+        name: (source.weight, TokenCache(source.cache or tokenized_cache.url))
         for name, source in config.target.data_mixture.sources.items()
     }
     diagnostics = mixture_diagnostics(runs, sources, target["tokens"], vocab_size)
@@ -225,20 +225,21 @@ def speedrun_leaderboard(
     """The chosen speedrun submissions trained at their budgets on this data, ranked by bits-per-byte.
 
     Each run trains and is evaluated through the launcher, as the ladder's rungs are."""
-    validation = {"validation": [str(tokenized_cache.path)]}
+    validation = {"validation": [tokenized_cache.url]}
 
     def run(submission: Submission, budget: float) -> dict[str, Any]:
-        run_dir = out.path / "runs" / f"{submission.name}-{budget_key(budget)}"
+        # in the work folder: a retried leaderboard resumes each run where it stopped
+        run_dir = f"{out.work}/runs/{submission.name}-{budget_key(budget)}"
         model, train = submission.run_config(budget, tokenized_cache.metadata["vocab_size"])
         summary = launch_training(run_dir, tokenized_cache, ctx.launcher, MixtureConfig(), model, train)
-        evals = run_dir / "eval.json"
-        tokenizer_file = tokenizer.path / TOKENIZER_FILE
+        evals = f"{run_dir}/eval.json"
+        tokenizer_file = f"{tokenizer.url}/{TOKENIZER_FILE}"
         ctx.launcher.evaluate(
             run_dir, tokenizer_file, validation, EvalConfig(), config.eval_batch_size, evals
         )
-        bpb = json.loads(evals.read_text())["bpb"]["validation"]["bits_per_byte"]
+        bpb = json.loads(read_url(evals))["bpb"]["validation"]["bits_per_byte"]
         result = submission_result(submission, budget, summary, bpb)
-        (run_dir / "results.json").write_text(json.dumps(result, indent=2))
+        write_url(f"{run_dir}/results.json", json.dumps(result, indent=2))
         return result
 
     results = [
@@ -247,6 +248,7 @@ def speedrun_leaderboard(
         if submission.name in config.submissions
         for budget in submission.budgets
     ]
+    out.keep_work()
     table = leaderboard_markdown(results) if results else "no submissions chosen"
     (out.path / LEADERBOARD).write_text(table + "\n")
     out.metadata.update(runs=len(results), leaderboard=table)

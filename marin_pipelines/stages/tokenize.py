@@ -32,7 +32,7 @@ def tokenized_cache(
 ) -> None:
     """Train / validation token shards (split by document hash) with O(1) random access."""
     # finished chunks survive a killed run here, beside the artifact, keyed by its version
-    work_dir = pending_work_dir(out, ctx.step.version)
+    work_dir = pending_work_dir(out)
     tok = load_tokenizer(tokenizer.path)
     build = build_cache([str(curated_text.path)], tok, out.path, config, work_dir, ctx.workers)
     info = build.info

@@ -1,21 +1,21 @@
 """Training: a model on a tokenized cache, and a scaling ladder's runs as (budget x size) partitions.
 
-Each run goes through the launcher (a subprocess here, a pod on Kubernetes); the child writes the
-checkpoint straight into the pending output directory.
+Each run goes through the launcher (a subprocess here, a pod on Kubernetes). The child trains in the
+output's work folder, keyed by the step's version in the store: a retry, a preempted pod or a later
+materialisation resumes from its last checkpoint there, and only a finished run becomes the output.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from marin_pipelines.scaling.scaling_law import LadderConfig, budget_key
 from marin_pipelines.steps import Check, Launcher, StepContext, stage
-from marin_pipelines.store import Artifact, PendingArtifact
+from marin_pipelines.store import Artifact, PendingArtifact, read_url
 from marin_pipelines.tokenize.data_mixture import MixtureConfig
 from marin_pipelines.train.checkpoint import LOSS_CURVE_FILE, TRAIN_FILE, TrainConfig
 from marin_pipelines.train.model import MODEL_SIZES, LlamaConfig, preset
@@ -86,19 +86,19 @@ LOSS_CHECK = {"loss_finite_and_falling": Check(loss_finite_and_falling)}
 
 
 def launch_training(
-    run_dir: Path,
+    run_dir: str,
     cache: Artifact,
     launcher: Launcher,
     mixture: MixtureConfig,
     model: LlamaConfig,
     config: TrainConfig,
 ) -> dict[str, Any]:
-    """Write the run's YAML into ``run_dir``, train it there through the launcher; its summary."""
-    run_dir.mkdir(parents=True, exist_ok=True)
-    config_file = run_dir / RUN_CONFIG_FILE
+    """Write the run's YAML into ``run_dir`` (a path or URL), train it there through the launcher (which
+    resumes a run already begun there); its summary."""
+    config_file = f"{run_dir}/{RUN_CONFIG_FILE}"
     RunConfig(model=model.model_dump(), train=config, data=mixture).dump(config_file)
-    launcher.train(config_file, cache.path, run_dir)
-    return json.loads((run_dir / TRAIN_FILE).read_text())["summary"]
+    launcher.train(config_file, cache.url, run_dir)
+    return json.loads(read_url(f"{run_dir}/{TRAIN_FILE}"))["summary"]
 
 
 def run_training(
@@ -109,8 +109,10 @@ def run_training(
     model: LlamaConfig,
     config: TrainConfig,
 ) -> None:
-    """Train into the pending output; the run's summary and loss curve become its metadata."""
-    out.metadata.update(launch_training(out.path, cache, launcher, mixture, model, config))
+    """Train in the output's work folder, which becomes the output; the run's summary (with
+    ``resumed_from_step``) and loss curve become its metadata."""
+    out.metadata.update(launch_training(out.work, cache, launcher, mixture, model, config))
+    out.keep_work()
     out.metadata["plots"] = {"loss_curve": LOSS_CURVE_FILE}
 
 

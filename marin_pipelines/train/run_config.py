@@ -12,6 +12,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from marin_pipelines.store import read_url, write_url
 from marin_pipelines.tokenize.data_mixture import MixtureConfig
 from marin_pipelines.train.checkpoint import TrainConfig
 from marin_pipelines.train.model import MODEL_SIZES, LlamaConfig
@@ -39,17 +40,19 @@ class RunConfig(BaseModel):
             )
         return LlamaConfig(**{**(MODEL_SIZES[size] if size else {}), **spec})
 
-    def dump(self, path: Path) -> None:
-        path.write_text(yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False))
+    def dump(self, path: str | Path) -> None:
+        """Write the YAML to a local path or a URL (``gs://``: beside a run's checkpoints)."""
+        write_url(str(path), yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False))
 
 
-def load_run_config(path: Path) -> RunConfig:
-    """Read and validate a YAML run config; errors name the file and each bad field."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"no such config file: {path}")
+def load_run_config(path: str | Path) -> RunConfig:
+    """Read and validate a YAML run config (a path or URL); errors name the file and each bad field."""
     try:
-        return RunConfig.model_validate(yaml.safe_load(path.read_text()) or {})
+        text = read_url(str(path))
+    except FileNotFoundError:
+        raise FileNotFoundError(f"no such config file: {path}") from None
+    try:
+        return RunConfig.model_validate(yaml.safe_load(text) or {})
     except ValidationError as e:
         problems = "; ".join(f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in e.errors())
         raise ValueError(f"invalid training config {path}: {problems}") from None
