@@ -2,8 +2,9 @@
 
 - Per crawl step: ``{crawl}_snapshot`` runs one snapshot from WARC files to deduplicated text, and the
   ``{crawl}_new_snapshots`` sensor adds each new snapshot folder as a partition and requests that run.
-  Cross-snapshot dedup needs earlier snapshots first, so these runs carry ``QUEUE_TAG``, which
-  ``dagster.yaml`` limits to one at a time: the queue starts them in the order requested.
+  Cross-snapshot dedup needs earlier snapshots first: every step over a crawl's snapshots is in the
+  crawl's concurrency pool (``step_assets.crawl_pool``), so the run queue starts those runs one at a time
+  in the order queued, whoever queued them (this sensor, the job, a backfill, the refresh schedule).
 - Per experiment: ``{experiment}_pipeline`` materialises its unpartitioned steps up to any ladder, and
   the ``{experiment}_refresh`` schedule runs it daily (everything is reused when no snapshot arrived).
 - Per ladder: ``{ladder}_ladder`` runs one rung; backfill its partitions. What is downstream of a ladder
@@ -35,7 +36,6 @@ from marin_pipelines.defs.step_assets import asset_key, slug, snapshot_partition
 from marin_pipelines.experiment import Experiment
 from marin_pipelines.steps import Step
 
-QUEUE_TAG = "marin/crawl_queue"
 REFRESH_CRON = "0 4 * * *"  # daily at 04:00
 SENSOR_INTERVAL_SECONDS = 300
 
@@ -91,10 +91,7 @@ def snapshot_sensor(crawl: Step, job_name: str) -> SensorDefinition:
             root = crawl.config.warc_root or "demo"  # type: ignore[attr-defined]
             return SkipReason(f"no new snapshot among {len(found)} under {root}")
         return SensorResult(
-            run_requests=[
-                RunRequest(run_key=snapshot, partition_key=snapshot, tags={QUEUE_TAG: slug(crawl)})
-                for snapshot in new
-            ],
+            run_requests=[RunRequest(run_key=snapshot, partition_key=snapshot) for snapshot in new],
             dynamic_partitions_requests=[partitions.build_add_request(new)],
         )
 
@@ -112,7 +109,7 @@ def refresh_schedule(experiment: Experiment, job_name: str, crawls: list[Step]) 
     def refresh(context: ScheduleEvaluationContext) -> RunRequest | SkipReason:
         if not all(context.instance.get_dynamic_partitions(snapshot_partitions(c).name) for c in crawls):
             return SkipReason("no crawl snapshot yet: the new-snapshot sensor adds them")
-        return RunRequest(tags={QUEUE_TAG: experiment.name})  # queued behind the snapshot runs
+        return RunRequest()  # in its crawls' pools: queued behind the snapshot runs
 
     return refresh
 

@@ -72,6 +72,29 @@ def partitions(step: Step) -> PartitionsDefinition | None:
     )
 
 
+def crawl_pool(crawl: Step) -> str:
+    """The concurrency pool of everything that reads a crawl's snapshots.
+
+    Limited to 1 with ``granularity: run`` (deploy/), the run queue starts the runs that touch a crawl one
+    at a time in the order they were queued, whoever queued them: the sensor, the job, a backfill from the
+    UI. Cross-snapshot dedup needs every earlier snapshot done first.
+    """
+    return f"crawl/{slug(crawl)}"
+
+
+def step_pool(step: Step, launcher_pool: str | None) -> str | None:
+    """A per-snapshot step, or a step over all snapshots: its crawl's pool; training and evaluation: the
+    pool of the launcher's accelerator (a backfill never asks for more chips than the cluster has)."""
+    if step.partitioning == "snapshot":
+        return crawl_pool(step.partition_source)  # type: ignore[arg-type]
+    if step.reads_snapshots:
+        crawls = [s.partition_source for s in step.inputs.values() if s.partitioning == "snapshot"]
+        return crawl_pool(crawls[0])  # type: ignore[arg-type]
+    if "launcher" in step.stage.needs:
+        return launcher_pool
+    return None
+
+
 class BoundLauncher:
     """The launcher resource bound to this run's context: the core's ``Launcher``."""
 
@@ -98,9 +121,13 @@ def launch_retry_policy() -> RetryPolicy:
 
 
 def step_asset(
-    step: Step, users: list[Experiment], automation: AutomationCondition | None = None
+    step: Step,
+    users: list[Experiment],
+    automation: AutomationCondition | None = None,
+    launcher_pool: str | None = None,
 ) -> AssetsDefinition:
-    """The asset of ``step``; ``users`` are the experiments that declare it (tags, execution records)."""
+    """The asset of ``step``; ``users`` are the experiments that declare it (tags, execution records);
+    ``launcher_pool`` the concurrency pool of the accelerator that training and evaluation run on."""
     key = asset_key(step)
     stage = step.stage
 
@@ -118,6 +145,7 @@ def step_asset(
         tags={EXPERIMENT_TAG.format(e.name): "" for e in users},
         automation_condition=automation,
         retry_policy=launch_retry_policy() if "launcher" in stage.needs else None,
+        pool=step_pool(step, launcher_pool),
         check_specs=[
             AssetCheckSpec(name, asset=key, description=check.description, blocking=check.blocking)
             for name, check in stage.checks.items()

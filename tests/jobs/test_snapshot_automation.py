@@ -15,7 +15,7 @@ from dagster import (
 )
 
 from marin_pipelines.crawl.demo_crawl import DemoCrawlConfig, Page, _WarcWriter, build_demo_crawl
-from marin_pipelines.defs.automation import QUEUE_TAG, REFRESH_CRON, partitioned_by, selection
+from marin_pipelines.defs.automation import REFRESH_CRON, partitioned_by, selection
 from marin_pipelines.defs.experiments_component import experiment_definitions
 from marin_pipelines.defs.step_assets import snapshot_partitions
 from marin_pipelines.documents import REMOVED_PREFIX, read_documents
@@ -49,7 +49,6 @@ def test_sensor_adds_new_snapshot_folders_as_partitions_and_requests_runs(tmp_pa
     instance = DagsterInstance.ephemeral()
     result = sensor(build_sensor_context(instance=instance))
     assert [r.partition_key for r in result.run_requests] == ["CC-2024-10"]
-    assert result.run_requests[0].tags[QUEUE_TAG] == "snap_crawl"
     (request,) = result.dynamic_partitions_requests
     assert request.partitions_def_name == "snap_crawl_snapshot" and request.partition_keys == ["CC-2024-10"]
     assert request.partitions_def_name == snapshot_partitions(text.crawl).name
@@ -81,7 +80,7 @@ def test_refresh_schedule_runs_the_pipeline_once_there_are_snapshots(tmp_path):
         assert not skipped.run_requests and "no crawl snapshot" in skipped.skip_message
         instance.add_dynamic_partitions(snapshot_partitions(text.crawl).name, ["CC-2024-10"])
         (request,) = schedule.evaluate_tick(build_schedule_context(instance=instance)).run_requests
-    assert isinstance(request, RunRequest) and request.tags[QUEUE_TAG] == "snap"
+    assert isinstance(request, RunRequest)
 
 
 def _near_copy_warc(path, docs: list[dict]) -> list[str]:
