@@ -53,7 +53,7 @@ def gcs_emulator() -> Iterator[str]:
             f"--default-bucket={EMULATOR_BUCKET}",
         ],
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stderr=open(os.environ.get("GCS_EMULATOR_LOG", os.devnull), "w"),  # noqa: SIM115
     )
     env = {
         "STORAGE_EMULATOR_HOST": address,  # gcsfs

@@ -1,17 +1,23 @@
 """Dagster resources: the artifact store, the Datashop annotator and the training launcher."""
 
+import os
 from typing import Any
 
 from marin_pipelines.resources.annotator import AnnotatorResource
-from marin_pipelines.resources.launcher import LocalLauncher
+from marin_pipelines.resources.launcher import STORE_ROOT
+from marin_pipelines.resources.launcher_env import launcher_from_env
 from marin_pipelines.resources.store import ArtifactIOManager, ArtifactStoreResource
 
 
 def default_resources(store_root: str | None = None) -> dict[str, Any]:
+    """The store (at ``store_root``, else ``MARIN_STORE_ROOT`` or ``.marin/store``) and the launcher the
+    environment chooses (``MARIN_LAUNCHER``: a subprocess here unless ``k8s``), which hands its pods
+    the same store root."""
     store = ArtifactStoreResource(root=store_root) if store_root else ArtifactStoreResource()
+    environ = {**os.environ, STORE_ROOT: store_root} if store_root else os.environ
     return {
         "store": store,
         "io_manager": ArtifactIOManager(store=store),
         "annotator": AnnotatorResource(store=store),
-        "launcher": LocalLauncher(),
+        "launcher": launcher_from_env(environ),
     }

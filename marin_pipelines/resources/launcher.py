@@ -4,28 +4,45 @@
 Both run the package's entry points under Dagster Pipes: ``python -m marin_pipelines.train --config FILE
 --data CACHE --out DIR`` streams its logged steps back while it trains and writes the checkpoint into
 ``--out``; ``python -m marin_pipelines.evals --checkpoint DIR ... --out FILE`` sends its progress and a
-summary, and writes the results JSON to ``--out``. On Kubernetes those paths must be shared with the pod
-(the store on a mounted volume, see ``volume_claim``), exactly as the artifact store is.
+summary, and writes the results JSON to ``--out``. On Kubernetes those paths must be shared with the pod:
+a ``gs://`` store, or the store on a mounted volume (see ``volume_claim``), exactly as the artifact store is.
+
+``pool()`` names the Dagster concurrency pool of the launcher's accelerator, so that the instance can
+limit how many runs use one kind of accelerator at once.
 """
 
 from __future__ import annotations
 
+import math
+import os
+import re
 import sys
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, Literal
 
 from dagster import AssetExecutionContext, ConfigurableResource, PipesSubprocessClient
-from pydantic import Field, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from marin_pipelines.evals.checkpoint_eval import EvalConfig, with_heldout
+from marin_pipelines.resources.multi_host import HostGroup, env_list, jobset
 
 TRAIN_COMMAND = ("-m", "marin_pipelines.train")
 EVAL_COMMAND = ("-m", "marin_pipelines.evals")
 # lm-eval's and datasets' progress bars: an evaluation of the shipped tasks takes seconds, its bars are noise
 QUIET_EVAL_ENV = {"TQDM_DISABLE": "1", "HF_DATASETS_DISABLE_PROGRESS_BARS": "1"}
+STORE_ROOT = "MARIN_STORE_ROOT"
+# the run worker's own pod, from the downward API (deploy/helm/values.yaml: runK8sConfig.containerConfig)
+RUN_POD = ("MARIN_RUN_POD_NAME", "MARIN_RUN_POD_UID", "MARIN_RUN_POD_NAMESPACE")
+POOL_PREFIX = "accelerator/"
+QUANTITY = re.compile(r"\d+(\.\d+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?")
+TOPOLOGY = re.compile(r"\d+(x\d+){1,2}")
 
 
-def train_args(config_file: Path, data_dir: Path, out_dir: Path, progress_bar: bool = False) -> list[str]:
+def train_args(
+    config_file: str | Path, data_dir: str | Path, out_dir: str | Path, progress_bar: bool = False
+) -> list[str]:
+    """The training entry point's arguments (paths as given: a ``gs://`` URL stays one)."""
     args = [*TRAIN_COMMAND, "--config", str(config_file), "--data", str(data_dir), "--out", str(out_dir)]
     return args if progress_bar else [*args, "--quiet"]
 
@@ -59,6 +76,11 @@ class LauncherResource(ConfigurableResource):
     def progress_bar(self) -> bool:
         """Whether the training child draws its progress bar (where someone watches a terminal)."""
         return False
+
+    def pool(self) -> str:
+        """The Dagster concurrency pool of this launcher's accelerator, e.g. ``accelerator/cpu`` or
+        ``accelerator/tpu-v5-lite-podslice-2x4``: runs that train or evaluate on it take a slot."""
+        return f"{POOL_PREFIX}cpu"
 
     def train(
         self, context: AssetExecutionContext, config_file: Path, data_dir: Path, out_dir: Path
@@ -110,7 +132,10 @@ class LocalLauncher(LauncherResource):
 
 
 class K8sLauncher(LauncherResource):
-    """A pod on Kubernetes (GKE): TPU slices, NVIDIA GPUs or CPU, through ``PipesK8sClient``."""
+    """Pods on Kubernetes (GKE): TPU slices, NVIDIA GPUs or CPU, through ``PipesK8sClient``.
+
+    A run with ``hosts`` > 1 trains on one pod per host (see ``multi_host``); evaluation is one pod.
+    ``launcher_env.launcher_from_env`` builds one from ``MARIN_K8S_*`` variables."""
 
     image: str = Field(description="container image with marin_pipelines installed")
     namespace: str = "default"
@@ -119,7 +144,8 @@ class K8sLauncher(LauncherResource):
     tpu_type: str | None = Field(None, description="GKE TPU accelerator, e.g. tpu-v5-lite-podslice")
     tpu_topology: str | None = Field(None, description="TPU slice topology, e.g. 2x4")
     gpu_type: str | None = Field(None, description="GKE GPU accelerator label, e.g. nvidia-h100-80gb")
-    chips: int = Field(1, gt=0, description="TPU chips or GPUs requested by the pod")
+    chips: int = Field(1, gt=0, description="TPU chips or GPUs requested by each pod (each host)")
+    hosts: int = Field(1, gt=0, description="pods (hosts) a training run spans; a TPU slice's hosts")
     cpu: str = "4"
     memory: str = "16Gi"
     secret_env: dict[str, str] = Field(
@@ -127,17 +153,67 @@ class K8sLauncher(LauncherResource):
     )
     volume_claim: str | None = Field(None, description="PersistentVolumeClaim holding the store")
     store_mount: str | None = Field(None, description="where the claim is mounted: the store root's path")
+    store_root: str | None = Field(
+        default_factory=lambda: os.environ.get(STORE_ROOT),
+        description="the store root the pods are given as MARIN_STORE_ROOT (default: this process's); "
+        "gs://bucket/prefix needs no volume, only the service account's access to the bucket",
+    )
+    run_hours: float = Field(
+        7 * 24.0,
+        gt=0,
+        description="the longest a launched pod may run: PipesK8sClient's pod_wait_timeout (24 h by "
+        "default, too short for a long training run) and the worker Job's deadline",
+    )
+
+    @field_validator("cpu", "memory")
+    @classmethod
+    def _quantity(cls, value: str, info: ValidationInfo) -> str:
+        if not QUANTITY.fullmatch(value):
+            raise ValueError(
+                f"{info.field_name} must be a Kubernetes quantity (4, 500m, 16Gi), got {value!r}"
+            )
+        return value
 
     @model_validator(mode="after")
-    def _check_accelerator(self) -> K8sLauncher:
-        if self.accelerator == "tpu" and not (self.tpu_type and self.tpu_topology):
-            raise ValueError("accelerator 'tpu' needs tpu_type and tpu_topology")
+    def _check(self) -> K8sLauncher:
+        if self.accelerator == "tpu":
+            if not (self.tpu_type and self.tpu_topology):
+                raise ValueError("accelerator 'tpu' needs tpu_type and tpu_topology")
+            slice_chips = topology_chips(self.tpu_topology)
+            if self.chips * self.hosts != slice_chips:
+                raise ValueError(
+                    f"tpu_topology {self.tpu_topology} has {slice_chips} chips, but chips x hosts is "
+                    f"{self.chips} x {self.hosts}: chips counts one host's chips (4 on a multi-host slice)"
+                )
         if bool(self.volume_claim) != bool(self.store_mount):
             raise ValueError("volume_claim and store_mount go together")
         for name, ref in self.secret_env.items():
             if ref.count("/") != 1:
                 raise ValueError(f"secret_env[{name!r}] must be 'secret-name/key', got {ref!r}")
+        if self.store_root and "://" not in self.store_root:
+            mount = self.store_mount
+            if not (mount and Path(self.store_root).is_relative_to(mount)):
+                raise ValueError(
+                    f"store_root {self.store_root} is a local folder the pods cannot see: use a "
+                    "gs://bucket/prefix store, or mount the folder (volume_claim, store_mount)"
+                )
         return self
+
+    @property
+    def run_seconds(self) -> int:
+        return round(self.run_hours * 3600)
+
+    def pool(self) -> str:
+        if self.accelerator == "tpu":
+            return f"{POOL_PREFIX}{self.tpu_type}-{self.tpu_topology}"
+        if self.accelerator == "gpu":
+            return f"{POOL_PREFIX}{self.gpu_type or 'gpu'}"
+        return super().pool()
+
+    def child_env(self) -> dict[str, str]:
+        """``env`` and the compilation cache's settings, on top of the store root (a pod inherits nothing)."""
+        store = {STORE_ROOT: self.store_root} if self.store_root else {}
+        return {**store, **super().child_env()}
 
     def pod_spec(self) -> dict[str, Any]:
         """The base pod spec (Kubernetes API field names) for PipesK8sClient; the client adds the command."""
@@ -153,7 +229,7 @@ class K8sLauncher(LauncherResource):
             limits["nvidia.com/gpu"] = str(self.chips)
             if self.gpu_type:
                 selector = {"cloud.google.com/gke-accelerator": self.gpu_type}
-        env = [{"name": k, "value": v} for k, v in self.child_env().items()]
+        env = env_list(self.child_env())
         env += [
             {
                 "name": name,
@@ -167,7 +243,11 @@ class K8sLauncher(LauncherResource):
             "env": env,
             "resources": {"requests": dict(limits), "limits": limits},
         }
-        spec: dict[str, Any] = {"restartPolicy": "Never", "containers": [container]}
+        spec: dict[str, Any] = {
+            "restartPolicy": "Never",
+            "activeDeadlineSeconds": self.run_seconds,  # an orphaned pod (its run worker gone) ends too
+            "containers": [container],
+        }
         if self.volume_claim:
             container["volumeMounts"] = [{"name": "store", "mountPath": self.store_mount}]
             spec["volumes"] = [{"name": "store", "persistentVolumeClaim": {"claimName": self.volume_claim}}]
@@ -180,6 +260,44 @@ class K8sLauncher(LauncherResource):
     def launch(
         self, context: AssetExecutionContext, args: list[str], env: dict[str, str] | None = None
     ) -> list[Any]:
+        return self._run_pod(context, args, env or {}, self.pod_spec(), {})
+
+    def train(
+        self, context: AssetExecutionContext, config_file: Path, data_dir: Path, out_dir: Path
+    ) -> list[Any]:
+        args = train_args(config_file, data_dir, out_dir, self.progress_bar())
+        if self.hosts == 1:
+            return self.launch(context, args)
+        return self._train_on_hosts(context, args)
+
+    def _train_on_hosts(self, context: AssetExecutionContext, args: list[str]) -> list[Any]:
+        """Process 0 as the Pipes pod, the other hosts as an Indexed Job, under a headless Service.
+
+        The Job and the Service exist before process 0 starts, and are deleted once it has ended,
+        whatever happened (the Job with its pods)."""
+        group = HostGroup.new(self.namespace, self.hosts, tpu=self.accelerator == "tpu")
+        core, batch = self.kubernetes_apis()
+        base = self.pod_spec()
+        with ExitStack() as cleanup:
+            workers = group.worker_job(base, ["python", *args], self.run_seconds, self.run_pod_owner())
+            created = batch.create_namespaced_job(self.namespace, workers)
+            cleanup.callback(
+                batch.delete_namespaced_job, group.workers, self.namespace, propagation_policy="Background"
+            )
+            core.create_namespaced_service(self.namespace, group.service(created.metadata.uid))
+            cleanup.callback(core.delete_namespaced_service, group.name, self.namespace)
+            leader_spec = group.leader_pod_spec(base)
+            return self._run_pod(context, args, group.leader_env(), leader_spec, {"labels": group.labels})
+
+    def _run_pod(
+        self,
+        context: AssetExecutionContext,
+        args: list[str],
+        env: dict[str, str],
+        pod_spec: dict[str, Any],
+        pod_meta: dict[str, Any],
+    ) -> list[Any]:
+        """``python *args`` in one pod under Dagster Pipes, owned by the run's pod; its custom messages."""
         from dagster_k8s import PipesK8sClient
 
         invocation = PipesK8sClient().run(
@@ -187,7 +305,46 @@ class K8sLauncher(LauncherResource):
             image=self.image,
             command=["python", *args],
             namespace=self.namespace,
-            base_pod_spec=self.pod_spec(),
+            base_pod_meta={**pod_meta, "ownerReferences": self.run_pod_owner()},
+            base_pod_spec=pod_spec,
             env=env,
+            pod_wait_timeout=self.run_seconds,
         )
         return invocation.get_custom_messages()
+
+    def run_pod_owner(self) -> list[dict[str, str]]:
+        """The run worker's pod as the owner of what is launched, when this runs in such a pod in the
+        launcher's namespace (the Helm values give it ``MARIN_RUN_POD_*``): then a pod or Job whose run
+        is terminated, or whose run pod went down with its node, is deleted with it instead of training on,
+        unseen, beside the retried run. An owner in another namespace would have it deleted at once."""
+        name, uid, namespace = (os.environ.get(variable) for variable in RUN_POD)
+        if not (name and uid) or namespace != self.namespace:
+            return []
+        return [{"apiVersion": "v1", "kind": "Pod", "name": name, "uid": uid}]
+
+    def kubernetes_apis(self) -> tuple[Any, Any]:
+        """The core and batch API clients for the worker Job and Service, configured the way
+        PipesK8sClient configures its own: in-cluster inside a pod, else the local kubeconfig."""
+        import kubernetes
+
+        if os.environ.get("KUBERNETES_SERVICE_HOST"):
+            kubernetes.config.load_incluster_config()
+        else:
+            kubernetes.config.load_kube_config()
+        return kubernetes.client.CoreV1Api(), kubernetes.client.BatchV1Api()
+
+    def multislice_jobset(self, name: str, args: list[str], slices: int) -> dict[str, Any]:
+        """A JobSet manifest running ``python *args`` on ``slices`` TPU slices of this launcher's shape
+        (``kubectl apply`` it; ``deploy/jobset.py`` prints one)."""
+        if self.accelerator != "tpu":
+            raise ValueError(f"a multislice JobSet needs accelerator 'tpu', not {self.accelerator!r}")
+        if slices < 1:
+            raise ValueError(f"slices must be at least 1, got {slices}")
+        return jobset(name, self.pod_spec(), ["python", *args], slices, self.hosts, self.run_seconds)
+
+
+def topology_chips(topology: str) -> int:
+    """Chips in a TPU slice of ``topology`` (2x4 -> 8, 2x2x4 -> 16)."""
+    if not TOPOLOGY.fullmatch(topology):
+        raise ValueError(f"tpu_topology must be dimensions like 2x4 or 2x2x4, got {topology!r}")
+    return math.prod(int(side) for side in topology.split("x"))

@@ -12,13 +12,13 @@ from dagster._core.op_concurrency_limits_counter import GlobalOpConcurrencyLimit
 from marin_pipelines.defs.experiments_component import experiment_definitions
 from marin_pipelines.defs.step_assets import asset_key, crawl_pool, snapshot_partitions
 from marin_pipelines.experiment import Experiment
-from marin_pipelines.resources import default_resources
 from marin_pipelines.experiments.defaults import (
     crawl_and_text,
     quality_and_curation,
     tokenizer_and_cache,
     train,
 )
+from marin_pipelines.resources import default_resources
 
 POOLS = {"concurrency": {"pools": {"granularity": "run", "default_limit": 1}}}
 

@@ -1,0 +1,33 @@
+# marin-pipelines in one image: the Dagster code location (the default command) and the pods that train
+# and evaluate (`python -m marin_pipelines.train ...`, `python -m marin_pipelines.evals ...`, which the
+# launcher sets as the pod's command). Build from the repository root:
+#
+#   docker build -t us-docker.pkg.dev/PROJECT/marin/marin-pipelines:1 --build-arg JAX_EXTRA=tpu .
+#
+# JAX_EXTRA picks JAX's accelerator runtime: tpu (libtpu, TPU slices), cuda12 (NVIDIA GPUs), or empty (CPU).
+FROM python:3.11.13-slim-bookworm
+
+ARG JAX_EXTRA=""
+ENV PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    DAGSTER_HOME=/opt/dagster/dagster_home \
+    WANDB_MODE=offline
+
+# not root: the chart mounts the instance config under DAGSTER_HOME; the home folder is the working one
+RUN useradd --create-home --uid 10001 marin \
+    && mkdir -p "$DAGSTER_HOME" \
+    && chown marin "$DAGSTER_HOME"
+
+# the exact versions the project is tested with: requirements.lock constrains every dependency
+WORKDIR /tmp/marin-build
+COPY pyproject.toml requirements.lock README.md ./
+COPY marin_pipelines ./marin_pipelines
+RUN pip install -c requirements.lock . \
+    && if [ -n "$JAX_EXTRA" ]; then pip install -c requirements.lock "jax[$JAX_EXTRA]"; fi \
+    && cd / && rm -rf /tmp/marin-build
+
+USER marin
+WORKDIR /home/marin
+EXPOSE 3030
+CMD ["dagster", "code-server", "start", "-h", "0.0.0.0", "-p", "3030", "-m", "marin_pipelines.definitions"]
