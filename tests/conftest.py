@@ -1,13 +1,18 @@
 """Shared fixtures: real web data from ../shared/data beside the project, when present."""
 
+import http.client
+import json
 import os
 import socket
 import subprocess
 import sys
+import threading
 import time
+import urllib.parse
 import urllib.request
 import uuid
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -34,9 +39,91 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
+class _GenerationProxy(BaseHTTPRequestHandler):
+    """Cloud Storage's generation preconditions, in front of the emulator, which ignores them.
+
+    tensorstore (under orbax) re-reads an OCDBT manifest with ``ifGenerationNotMatch`` and expects 304, or
+    200 with an ``x-goog-generation`` header, and commits it with ``ifGenerationMatch``; real buckets do
+    both. Everything else is passed through unchanged to the same emulator that gcsfs talks to.
+    """
+
+    upstream = ""  # host:port of the emulator
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        url = urllib.parse.urlsplit(self.path)
+        query = urllib.parse.parse_qs(url.query)
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        target = _object_of(url.path, query)
+        generation = self._generation(*target) if target else None
+        if generation is not None:
+            if query.get("ifGenerationMatch", [generation])[0] != generation:
+                return self._reply(412, {}, b"")
+            if query.get("ifGenerationNotMatch", [None])[0] == generation:
+                return self._reply(304 if self.command == "GET" else 412, {}, b"")
+        status, headers, data = self._upstream(self.command, self.path, body, dict(self.headers))
+        if generation not in (None, "0") and self.command == "GET" and status in (200, 206):
+            headers["x-goog-generation"] = generation
+        self._reply(status, headers, data)
+
+    do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = do_GET
+
+    def _upstream(self, method: str, path: str, body: bytes = b"", headers: dict | None = None):
+        connection = http.client.HTTPConnection(self.upstream, timeout=60)
+        try:
+            connection.request(method, path, body=body or None, headers=headers or {})
+            response = connection.getresponse()
+            return response.status, dict(response.getheaders()), response.read()
+        finally:
+            connection.close()
+
+    def _generation(self, bucket: str, name: str) -> str:
+        """The object's current generation, "0" when it does not exist (the API's convention)."""
+        quoted = urllib.parse.quote(name, safe="")
+        status, _, data = self._upstream("GET", f"/storage/v1/b/{bucket}/o/{quoted}")
+        return json.loads(data)["generation"] if status == 200 else "0"
+
+    def _reply(self, status: int, headers: dict, data: bytes) -> None:
+        self.send_response(status)
+        hop_by_hop = {"connection", "transfer-encoding", "keep-alive", "content-length", "server", "date"}
+        for key, value in headers.items():
+            if key.lower() not in hop_by_hop:
+                self.send_header(key, value)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(data)
+
+
+def _object_of(path: str, query: dict[str, list[str]]) -> tuple[str, str] | None:
+    """(bucket, object name) that a JSON-API request is about, or None (listings, buckets)."""
+    parts = path.split("/")
+    if path.startswith("/upload/storage/v1/b/") and "name" in query:
+        return parts[5], query["name"][0]
+    for prefix in ("/storage/v1/b/", "/download/storage/v1/b/"):
+        if path.startswith(prefix):
+            rest = path[len(prefix) :].split("/", 2)
+            if len(rest) == 3 and rest[1] == "o" and rest[2]:
+                return rest[0], urllib.parse.unquote(rest[2])
+    return None
+
+
+class _QuietServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request, client_address) -> None:
+        """A child killed mid-request drops its connections: expected here, not worth a traceback."""
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+
 @pytest.fixture(scope="session")
 def gcs_emulator() -> Iterator[str]:
-    """A local Cloud Storage server (the JSON API), as gcsfs, tensorstore and orbax reach a real bucket.
+    """A local Cloud Storage server (the JSON API), as gcsfs, tensorstore and orbax reach a real bucket;
+    tensorstore goes through ``_GenerationProxy``, which adds the generation preconditions it relies on.
 
     Its address goes into this process's environment, so launched children (training, evaluation) find
     it too. Yields the address.
@@ -55,9 +142,12 @@ def gcs_emulator() -> Iterator[str]:
         stdout=subprocess.DEVNULL,
         stderr=open(os.environ.get("GCS_EMULATOR_LOG", os.devnull), "w"),  # noqa: SIM115
     )
+    handler = type("Proxy", (_GenerationProxy,), {"upstream": f"127.0.0.1:{port}"})
+    proxy = _QuietServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=proxy.serve_forever, daemon=True).start()
     env = {
         "STORAGE_EMULATOR_HOST": address,  # gcsfs
-        "TENSORSTORE_GCS_HTTP_URL": address,  # tensorstore, under orbax
+        "TENSORSTORE_GCS_HTTP_URL": f"http://127.0.0.1:{proxy.server_address[1]}",  # tensorstore (orbax)
         "GOOGLE_AUTH_TOKEN_FOR_TESTING": "emulator",  # tensorstore: no credentials lookup
         "NO_GCE_CHECK": "true",  # google-auth: no metadata-server probe
     }
@@ -74,6 +164,8 @@ def gcs_emulator() -> Iterator[str]:
             raise RuntimeError("the Cloud Storage emulator did not start")
         yield address
     finally:
+        proxy.shutdown()
+        proxy.server_close()
         server.terminate()
         server.wait(timeout=10)
         for name, value in saved.items():

@@ -4,6 +4,9 @@ The JSON is lm-eval's (``results``, ``configs``, ``versions``, ...) with a ``bpb
 ``--bpb`` set (named ``NAME=`` or by its file or folder name) and ``overall``. This is also what the
 launchers run for the ``eval_results`` assets (``python -m marin_pipelines.evals``): under Dagster Pipes
 it sends its progress lines to the orchestrator and a summary as a custom message.
+
+The checkpoint, the tokenizer, token caches among the ``--bpb`` sets and ``--out`` may each be a local
+path or a ``gs://`` URL.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "eval", help="evaluate a training directory on lm-eval tasks and bits-per-byte sets"
     )
-    parser.add_argument("--checkpoint", required=True, type=Path, help="a directory written by training")
+    parser.add_argument("--checkpoint", required=True, help="a directory (or URL) written by training")
     parser.add_argument(
         "--tasks",
         type=lambda text: [t for t in text.split(",") if t],
@@ -51,12 +54,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "--tokenizer",
-        type=Path,
-        help="tokenizer.json (default: the one training copied into the checkpoint, or its parent's)",
+        help="tokenizer.json, a path or URL (default: the one training copied into the checkpoint, or its "
+        "parent's)",
     )
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--limit", type=int, help="at most this many documents per task")
-    parser.add_argument("--out", required=True, type=Path, help="where to write the results (JSON)")
+    parser.add_argument("--out", required=True, help="where to write the results (JSON): a path or URL")
     parser.set_defaults(run=run)
 
 
@@ -70,6 +73,7 @@ def run(args: argparse.Namespace) -> int:
         results_table,
         scores,
     )
+    from marin_pipelines.store import write_url
 
     if not args.tasks and not args.bpb:
         raise ValueError("nothing to evaluate: give --tasks and/or --bpb")
@@ -86,8 +90,7 @@ def run(args: argparse.Namespace) -> int:
         model, tokenizer = load_for_eval(args.checkpoint, args.tokenizer)
         progress = pipes.log.info if pipes else lambda line: print(line, file=sys.stderr)
         results = evaluate_checkpoint(model, tokenizer, dict(args.bpb), config, args.batch_size, progress)
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(results, indent=2))
+        write_url(args.out, json.dumps(results, indent=2))
         if pipes:  # the orchestrator shows the table; the terminal of a local run stays readable
             pipes.report_custom_message({"scores": scores(results), "evaluated_on": where()})
         else:

@@ -1,9 +1,11 @@
 """`marin-pipelines train`: one training run from a YAML config and a token cache, resumable.
 
-This is the entry point every launcher runs (a subprocess here, a pod on Kubernetes). Run it again
-with the same arguments after a crash and it resumes from the last checkpoint in ``--out``. Under
-Dagster Pipes it streams each logged step back to the orchestrator while it trains. The cache's
-``tokenizer.json`` is copied into ``--out``, so that ``marin-pipelines eval`` finds it there.
+This is the entry point every launcher runs (a subprocess here, a pod per host on Kubernetes). Run it
+again with the same arguments after a crash and it resumes from the last checkpoint in ``--out``, a
+local folder or a ``gs://`` URL. A run of several processes joins them as ``MARIN_NUM_PROCESSES`` and
+friends say (see ``marin_pipelines.train.distributed``); ``--num-processes N`` starts such a group on
+this machine. Process 0 streams each logged step back under Dagster Pipes, writes to wandb and copies
+the cache's ``tokenizer.json`` into ``--out``, so that ``marin-pipelines eval`` finds it there.
 """
 
 from __future__ import annotations
@@ -11,20 +13,40 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from marin_pipelines.tokenize.data_mixture import MixtureConfig
+
+
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("train", help="train a model on a token cache (resumes if --out has one)")
-    parser.add_argument("--config", required=True, type=Path, help="YAML: model (size or shape) and train")
-    parser.add_argument("--data", required=True, type=Path, help="a tokenized_cache output directory")
-    parser.add_argument("--out", required=True, type=Path, help="checkpoint directory (resumed if present)")
+    parser.add_argument("--config", required=True, help="YAML (path or URL): model (size or shape) and train")
+    parser.add_argument("--data", required=True, help="a tokenized_cache output: a folder or a gs:// URL")
+    parser.add_argument(
+        "--out", required=True, help="checkpoint directory, a folder or a gs:// URL (resumed if present)"
+    )
     parser.add_argument("--steps", type=int, help="override train.steps")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.add_argument(
+        "--num-processes",
+        type=positive_int,
+        help="run as this many local processes of one JAX cluster (CPU devices, gloo collectives), as a "
+        "multi-host run runs one per host",
+    )
+    parser.add_argument(
+        "--devices-per-process", type=positive_int, help="CPU devices of each local process (default 1)"
+    )
     parser.set_defaults(run=run_train)
 
 
@@ -51,8 +73,14 @@ def dagster_pipes_reporter(log_every: int) -> Iterator[Callable[[dict[str, Any]]
 
 
 def run_train(args: argparse.Namespace) -> int:
+    if args.num_processes or args.devices_per_process:
+        return run_local_group(args)
+    from marin_pipelines.train.distributed import initialize, is_primary
+
+    initialize()  # before JAX touches a device: the other processes' devices join the mesh
     from dagster_pipes import DAGSTER_PIPES_CONTEXT_ENV_VAR
 
+    from marin_pipelines.store import local_copy, read_url, write_url
     from marin_pipelines.tokenize.data_mixture import MixtureLoader
     from marin_pipelines.tokenize.tokenized_cache import TokenCache
     from marin_pipelines.tokenize.tokenizer import TOKENIZER_FILE
@@ -64,28 +92,62 @@ def run_train(args: argparse.Namespace) -> int:
     if args.steps is not None:
         run = run.model_copy(update={"train": run.train.model_copy(update={"steps": args.steps})})
         run = type(run).model_validate(run.model_dump())  # re-check steps against warmup_steps
-    model = run.llama(TokenCache(args.data).info["vocab_size"])
-    args.out.mkdir(parents=True, exist_ok=True)  # the cache's tokenizer: evaluation needs no other input
-    shutil.copyfile(args.data / TOKENIZER_FILE, args.out / TOKENIZER_FILE)
-    # batch(step) is a pure function of the step: resuming needs no replay of the data.
+    data = local_copy(args.data)  # the batches read a few windows per step: from local disk
+    model = run.llama(TokenCache(data).info["vocab_size"])
+    primary = is_primary()
+    if primary:  # the cache's tokenizer: evaluation needs no other input
+        write_url(f"{args.out.rstrip('/')}/{TOKENIZER_FILE}", read_url(str(data / TOKENIZER_FILE)))
+    # batch(step) is a pure function of the step: resuming needs no replay of the data, and each
+    # process computes its own rows of it.
     loader = MixtureLoader.from_config(
-        run.data, str(args.data), model.seq_len, run.train.batch_size, run.train.seed
+        local_sources(run.data), str(data), model.seq_len, run.train.batch_size, run.train.seed
     )
     with ExitStack() as stack:
-        callbacks = [
-            stack.enter_context(dagster_pipes_reporter(run.train.log_every)),
-            stack.enter_context(
-                wandb_run(args.out, {"model": model.model_dump(), "train": run.train.model_dump()})
-            ),
-        ]
+        callbacks = []
+        if primary:  # one voice towards the orchestrator and the tracker
+            callbacks = [
+                stack.enter_context(dagster_pipes_reporter(run.train.log_every)),
+                stack.enter_context(
+                    wandb_run(args.out, {"model": model.model_dump(), "train": run.train.model_dump()})
+                ),
+            ]
         summary = train(
             model,
             run.train,
-            loader.batch,
+            loader,
             args.out,
             progress=not args.quiet,
             on_step=[c for c in callbacks if c],
         )
-    if not os.environ.get(DAGSTER_PIPES_CONTEXT_ENV_VAR):  # under Pipes the summary goes back through it
+    if primary and not os.environ.get(DAGSTER_PIPES_CONTEXT_ENV_VAR):  # under Pipes it goes back through it
         print(json.dumps(summary, indent=2))
+    return 0
+
+
+def local_sources(mixture: MixtureConfig) -> MixtureConfig:
+    """The mixture with each source's cache read from a local copy (``store.local_copy``)."""
+    from marin_pipelines.store import local_copy
+
+    sources = {
+        name: source.model_copy(update={"cache": str(local_copy(source.cache))}) if source.cache else source
+        for name, source in mixture.sources.items()
+    }
+    return mixture.model_copy(update={"sources": sources})
+
+
+def run_local_group(args: argparse.Namespace) -> int:
+    """This command without ``--num-processes``, as processes 0..N-1 of one JAX cluster on this machine."""
+    from marin_pipelines.train.distributed import ProcessGroupFailed, launch_local_group
+
+    command = [sys.executable, "-m", "marin_pipelines.train", "--config", args.config]
+    command += ["--data", args.data, "--out", args.out]
+    if args.steps is not None:
+        command += ["--steps", str(args.steps)]
+    if args.quiet:
+        command.append("--quiet")
+    try:
+        launch_local_group(command, args.num_processes or 1, args.devices_per_process or 1)
+    except ProcessGroupFailed as e:
+        print(f"marin-pipelines: error: {e}", file=sys.stderr)
+        return 1
     return 0

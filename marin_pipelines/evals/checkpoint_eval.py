@@ -1,13 +1,15 @@
 """A checkpoint's evaluation: bits-per-byte sets and lm-eval tasks, in lm-eval's JSON shape plus ``bpb``.
 
 What the ``eval_results`` assets and ``marin-pipelines eval`` both call, so that a number in the UI and
-one from the command line come from the same code.
+one from the command line come from the same code. Checkpoints, tokenizers and sets may live on object
+storage (``gs://``): orbax restores from there, a token cache is read from its local copy.
 """
 
 from __future__ import annotations
 
 import hashlib
 import math
+import os
 import tempfile
 import time
 from collections.abc import Callable
@@ -18,8 +20,11 @@ import fsspec
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from tokenizers import Tokenizer
+from upath import UPath
 
 from marin_pipelines.evals.eval_results import bpb_tokens, evaluate_bpb_sets
+from marin_pipelines.store import is_local, local_copy
+from marin_pipelines.tokenize.tokenized_cache import INFO_FILE
 from marin_pipelines.tokenize.tokenizer import TOKENIZER_FILE, load_tokenizer, token_byte_lengths
 from marin_pipelines.train.model import Llama
 
@@ -83,12 +88,34 @@ def _content_hash(fs: fsspec.AbstractFileSystem, path: str) -> str:
     return f"sha256:{digest.hexdigest()}"
 
 
-def find_tokenizer(checkpoint_dir: Path) -> Path:
-    """The ``tokenizer.json`` beside a checkpoint: in its directory or the one above."""
+def find_tokenizer(checkpoint_dir: str | os.PathLike[str]) -> UPath:
+    """The ``tokenizer.json`` beside a checkpoint (a path or URL): in its directory or the one above."""
+    checkpoint_dir = UPath(checkpoint_dir)
     for folder in (checkpoint_dir, checkpoint_dir.parent):
         if (folder / TOKENIZER_FILE).is_file():
             return folder / TOKENIZER_FILE
     raise FileNotFoundError(f"no {TOKENIZER_FILE} in {checkpoint_dir} or its parent; pass --tokenizer FILE")
+
+
+def read_tokenizer(path: str | os.PathLike[str]) -> Tokenizer:
+    """``load_tokenizer`` of a local file, or of a copy of the file at a URL."""
+    if is_local(path):
+        return load_tokenizer(path)
+    with tempfile.TemporaryDirectory() as folder:
+        copy = Path(folder) / TOKENIZER_FILE
+        copy.write_bytes(UPath(path).read_bytes())
+        try:
+            return load_tokenizer(copy)
+        except ValueError as e:
+            raise ValueError(f"{path}: {e}") from None
+
+
+def local_input(path: str) -> str:
+    """A token cache on object storage as its local copy (downloaded once, checked against its manifest);
+    anything else as given (text files are streamed where they are)."""
+    if is_local(path) or not UPath(path, INFO_FILE).is_file():
+        return path
+    return str(local_copy(path))
 
 
 def with_heldout(bpb_sets: dict[str, list[str]], config: EvalConfig) -> dict[str, list[str]]:
@@ -117,7 +144,10 @@ def evaluate_checkpoint(
     say = progress or (lambda _: None)
     sets = with_heldout(bpb_sets, config)
     seq_len = model.config.seq_len
-    tokens = {name: np.concatenate([bpb_tokens(p, tokenizer) for p in paths]) for name, paths in sets.items()}
+    tokens = {
+        name: np.concatenate([bpb_tokens(local_input(p), tokenizer) for p in paths])
+        for name, paths in sets.items()
+    }
     results: dict[str, Any] = {}
     if config.tasks:
         started = time.perf_counter()
@@ -165,12 +195,15 @@ def results_table(current: dict[str, float], previous: dict[str, float] | None =
     return "| metric | value | previous | change |\n|---|---:|---:|---:|\n" + "\n".join(rows)
 
 
-def load_for_eval(checkpoint_dir: Path, tokenizer_file: Path | None) -> tuple[Llama, Tokenizer]:
-    """The model of a training directory and its tokenizer (``tokenizer_file`` or the one beside it)."""
+def load_for_eval(
+    checkpoint_dir: str | os.PathLike[str], tokenizer_file: str | os.PathLike[str] | None
+) -> tuple[Llama, Tokenizer]:
+    """The model of a training directory and its tokenizer (``tokenizer_file`` or the one beside it);
+    each a local path or a URL."""
     from marin_pipelines.train.checkpoint import load_checkpoint
 
-    tokenizer = load_tokenizer(tokenizer_file or find_tokenizer(Path(checkpoint_dir)))
-    model, _ = load_checkpoint(Path(checkpoint_dir))
+    tokenizer = read_tokenizer(tokenizer_file or find_tokenizer(checkpoint_dir))
+    model, _ = load_checkpoint(checkpoint_dir)
     if tokenizer.get_vocab_size() > model.config.vocab_size:
         raise ValueError(
             f"the tokenizer has {tokenizer.get_vocab_size()} tokens, the model only {model.config.vocab_size}"

@@ -60,7 +60,8 @@ def _check_one_tokenizer(caches: dict[str, TokenCache]) -> None:
 
 
 class MixtureLoader:
-    """``batch(step)`` -> ``(batch_size, seq_len + 1)`` int32, rows grouped by source in config order."""
+    """``batch(step)`` -> ``(batch_size, seq_len + 1)`` int32, rows grouped by source in config order;
+    ``rows(step, start, stop)`` -> a slice of it, computed without the rest."""
 
     def __init__(
         self,
@@ -72,6 +73,7 @@ class MixtureLoader:
     ):
         _check_one_tokenizer(caches)
         self.caches = caches
+        self.seq_len, self.batch_size = seq_len, batch_size
         self.counts = batch_counts(weights, batch_size)
         self.loaders = {
             name: SequenceLoader(
@@ -96,4 +98,17 @@ class MixtureLoader:
         return {name: cache.validation for name, cache in self.caches.items()}
 
     def batch(self, step: int) -> np.ndarray:
-        return np.concatenate([loader.batch(step) for loader in self.loaders.values()])
+        return self.rows(step, 0, self.batch_size)
+
+    def rows(self, step: int, start: int, stop: int) -> np.ndarray:
+        """Rows ``start:stop`` of ``batch(step)``: only the sources (and their rows) that fall inside are
+        read, so a process of a multi-host run reads just its share."""
+        if not 0 <= start <= stop <= self.batch_size:
+            raise ValueError(f"rows {start}:{stop} are outside a batch of {self.batch_size}")
+        parts, offset = [], 0
+        for name, loader in self.loaders.items():
+            low, high = max(start, offset), min(stop, offset + self.counts[name])
+            if low < high:
+                parts.append(loader.rows(step, low - offset, high - offset))
+            offset += self.counts[name]
+        return np.concatenate(parts) if parts else np.empty((0, self.seq_len + 1), np.int32)

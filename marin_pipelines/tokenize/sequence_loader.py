@@ -88,11 +88,19 @@ class SequenceLoader:
 
     def batch(self, step: int) -> np.ndarray:
         """The ``(batch_size, seq_len + 1)`` int32 batch of training step ``step``."""
+        return self.rows(step, 0, self.batch_size)
+
+    def rows(self, step: int, start: int, stop: int) -> np.ndarray:
+        """Rows ``start:stop`` of ``batch(step)``, reading only those: each process of a multi-host run
+        reads its own share of the global batch and nothing else."""
         if step < 0:
             raise ValueError(f"step must be >= 0, got {step}")
-        samples = np.arange(step * self.batch_size, (step + 1) * self.batch_size, dtype=np.int64)
+        if not 0 <= start <= stop <= self.batch_size:
+            raise ValueError(f"rows {start}:{stop} are outside a batch of {self.batch_size}")
+        first = step * self.batch_size
+        samples = np.arange(first + start, first + stop, dtype=np.int64)
         epochs, positions = np.divmod(samples, self.num_sequences)
-        windows = np.empty(self.batch_size, np.int64)
+        windows = np.empty(len(samples), np.int64)
         for epoch in np.unique(epochs).tolist():
             here = epochs == epoch
             windows[here] = _epoch_permutation(self.num_sequences, self.seed, epoch)(positions[here])

@@ -3,22 +3,29 @@
 The step is functional (``nnx.split`` once, ``nnx.merge`` inside one ``jax.jit``): parameters,
 optimiser state, counters and the loss-spike window form one pytree, sharded over the device mesh
 (data parallel + FSDP) and saved by orbax every ``checkpoint_every`` steps. A run is a pure function
-of its config, its seed and ``batch_fn(step)``: rerun the same command after a crash and it resumes
-from the last checkpoint and ends with bit-identical parameters.
+of its config, its seed and its batches: rerun the same command after a crash and it resumes from the
+last checkpoint and ends with bit-identical parameters.
 
-A checkpoint directory holds ``checkpoints/`` (orbax steps), ``model.json``, ``train.json`` (config +
-summary), ``metrics.jsonl`` (one line per step) and ``loss_curve.png``.
+A run may span several processes (hosts; see ``distributed``): each reads only its own rows of every
+global batch, every process takes part in each checkpoint, and process 0 alone writes the other files.
+
+A checkpoint directory (a local path or a ``gs://`` URL) holds ``checkpoints/`` (orbax steps),
+``model.json``, ``train.json`` (config + summary), ``metrics.jsonl`` (one line per step) and
+``loss_curve.png``. Object storage has no append and a killed process never closes its file, so the
+metrics are kept in memory and ``metrics.jsonl`` is rewritten whole before every checkpoint and at the
+end: a resumed run finds every step before its checkpoint.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import logging
+import os
 import sys
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import jax
 import jax.numpy as jnp
@@ -29,11 +36,14 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from tqdm.auto import tqdm
+from upath import UPath
 
+from marin_pipelines.store import is_local
+from marin_pipelines.train.distributed import is_primary
 from marin_pipelines.train.model import Llama, LlamaConfig
 from marin_pipelines.train.optimizer import learning_rate_schedule, make_optimizer
 from marin_pipelines.train.resume import Checkpoints
-from marin_pipelines.train.sharding import batch_sharding, data_mesh, state_shardings
+from marin_pipelines.train.sharding import batch_sharding, data_mesh, process_rows, state_shardings
 from marin_pipelines.train.throughput import measure_matmul_peak
 
 logger = logging.getLogger(__name__)
@@ -86,6 +96,17 @@ class TrainConfig(BaseModel):
 
 TrainState = dict[str, Any]
 TrainStep = Callable[[TrainState, jax.Array], tuple[TrainState, dict[str, jax.Array]]]
+
+
+@runtime_checkable
+class BatchRows(Protocol):
+    """A batch source that computes any rows of a step's batch alone (``MixtureLoader``): each process of
+    a multi-host run reads its own rows and no others."""
+
+    def rows(self, step: int, start: int, stop: int) -> np.ndarray: ...
+
+
+Batches = Callable[[int], np.ndarray] | BatchRows
 
 
 def _is_spike(loss: jax.Array, state: TrainState, config: TrainConfig) -> jax.Array:
@@ -164,34 +185,54 @@ def _initial_state(model: Llama, tx: optax.GradientTransformation, config: Train
     }
 
 
-def _check_batch(batch: np.ndarray, step: int, shape: tuple[int, int], vocab_size: int) -> np.ndarray:
+def _check_batch(batch: np.ndarray, call: str, shape: tuple[int, int], vocab_size: int) -> np.ndarray:
     batch = np.asarray(batch)
     if batch.shape != shape or not np.issubdtype(batch.dtype, np.integer):
-        raise ValueError(
-            f"batch_fn({step}) gave {batch.dtype}{list(batch.shape)}; expected int32{list(shape)}"
-        )
+        raise ValueError(f"{call} gave {batch.dtype}{list(batch.shape)}; expected int32{list(shape)}")
     if batch.min() < 0 or batch.max() >= vocab_size:
-        raise ValueError(f"batch_fn({step}) gave token ids outside [0, {vocab_size})")
+        raise ValueError(f"{call} gave token ids outside [0, {vocab_size})")
     return batch.astype(np.int32)
 
 
-def _metrics_before(path: Path, step: int) -> list[dict[str, Any]]:
-    """The steps logged before ``step``: what survives of a killed run's log (a torn line is dropped)."""
+def _local_rows(
+    batches: Batches, step: int, rows: slice, shape: tuple[int, int], vocab_size: int
+) -> np.ndarray:
+    """This process's ``rows`` of the batch of ``step``; a plain function's whole batch is sliced."""
+    if isinstance(batches, BatchRows):
+        local = (rows.stop - rows.start, shape[1])
+        return _check_batch(
+            batches.rows(step, rows.start, rows.stop),
+            f"rows({step}, {rows.start}, {rows.stop})",
+            local,
+            vocab_size,
+        )
+    return _check_batch(batches(step), f"batch_fn({step})", shape, vocab_size)[rows]
+
+
+def _write_whole(path: UPath, data: bytes) -> None:
+    """Replace the file at ``path`` in one step: a reader (or a resumed run) finds the old file or the new
+    one, never a part. An object upload is that already; a local file is written beside and renamed."""
+    if not is_local(path):
+        path.write_bytes(data)
+        return
+    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
+    partial.write_bytes(data)
+    os.replace(partial, path)
+
+
+def _write_metrics(path: UPath, metrics: list[dict[str, Any]]) -> None:
+    _write_whole(path, "".join(json.dumps(m) + "\n" for m in metrics).encode())
+
+
+def _metrics_before(path: UPath, step: int) -> list[dict[str, Any]]:
+    """The steps logged before ``step`` (a killed run may have logged some after its last checkpoint)."""
     if not path.exists():
         return []
-    records = []
-    for line in path.read_text().splitlines():
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            break
-        if record["step"] >= step:
-            break
-        records.append(record)
-    return records
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    return [record for record in records if record["step"] < step]
 
 
-def _check_resumable(found: dict[str, Any], expected: dict[str, Any], where: Path) -> None:
+def _check_resumable(found: dict[str, Any], expected: dict[str, Any], where: UPath) -> None:
     """A checkpoint is only resumed by the run that wrote it (``steps`` may grow: extending a run)."""
     for section in ("model", "train"):
         differ = sorted(
@@ -209,20 +250,21 @@ def _check_resumable(found: dict[str, Any], expected: dict[str, Any], where: Pat
 def train(
     model_config: LlamaConfig,
     config: TrainConfig,
-    batch_fn: Callable[[int], np.ndarray],
-    out_dir: Path,
+    batch_fn: Batches,
+    out_dir: str | os.PathLike[str],
     progress: bool = True,
     on_step: Sequence[Callable[[dict[str, Any]], None]] = (),
 ) -> dict[str, Any]:
-    """Train on ``batch_fn(step)`` into ``out_dir``, resuming from its last checkpoint if it has one.
+    """Train into ``out_dir`` (a path or URL), resuming from its last checkpoint if it has one.
 
     ``batch_fn(step)`` returns ints of shape (batch_size, seq_len + 1); inputs are ``batch[:, :-1]``,
-    targets ``batch[:, 1:]``. Bad updates (non-finite, or a loss spike) are skipped and counted; more
+    targets ``batch[:, 1:]``. A ``BatchRows`` source is asked for this process's rows only; a plain
+    function's batch is sliced. Bad updates (non-finite, or a loss spike) are skipped and counted; more
     than ``max_consecutive_skips`` in a row raise RuntimeError. ``on_step`` callbacks get each step's
-    metrics record. Returns the summary also written to ``train.json``.
+    metrics record. Returns the summary that process 0 also writes to ``train.json``.
     """
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = UPath(out_dir)
+    primary = is_primary()
     mesh = data_mesh()
     if config.batch_size % mesh.size:
         raise ValueError(
@@ -234,70 +276,80 @@ def train(
     state = _initial_state(model, tx, config)
     shardings = state_shardings(state, mesh, config.fsdp)
     meta = {"model": model_config.model_dump(), "train": config.model_dump()}
-    (out_dir / MODEL_FILE).write_text(json.dumps(meta["model"], indent=2))
+    if primary:
+        if is_local(out_dir):
+            out_dir.mkdir(parents=True, exist_ok=True)
+        _write_whole(out_dir / MODEL_FILE, json.dumps(meta["model"], indent=2).encode())
 
     replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+    rows_sharding = batch_sharding(mesh)
     train_step = jax.jit(
         _make_train_step(graphdef, tx, config),
-        in_shardings=(shardings, batch_sharding(mesh)),
+        in_shardings=(shardings, rows_sharding),
         out_shardings=(shardings, replicated),
     )
     batch_shape = (config.batch_size, model_config.seq_len + 1)
+    rows = process_rows(rows_sharding, batch_shape)
     tokens_per_step = config.batch_size * model_config.seq_len
     flops_per_token = model_config.flops_per_token()
     peak_flops = config.peak_flops * mesh.size if config.peak_flops else measure_matmul_peak()
+    metrics_path = out_dir / METRICS_FILE
 
     with Checkpoints(out_dir / CHECKPOINTS_DIR, config.keep_last, config.keep_every) as checkpoints:
         start = checkpoints.latest_step() or 0
         if start:
             _check_resumable(checkpoints.meta(start), meta, out_dir)
             state = checkpoints.restore(start, state, shardings)
-            logger.info("resuming from the checkpoint of step %d in %s", start, out_dir)
+            if primary:
+                logger.info("resuming from the checkpoint of step %d in %s", start, out_dir)
         else:
             state = jax.device_put(state, shardings)
-        metrics = _metrics_before(out_dir / METRICS_FILE, start)
+        metrics = _metrics_before(metrics_path, start)
         if len(metrics) != start:
-            raise ValueError(f"{out_dir / METRICS_FILE} has {len(metrics)} steps before checkpoint {start}")
+            raise ValueError(f"{metrics_path} has {len(metrics)} steps before checkpoint {start}")
         began = last = time.perf_counter()
-        with (
-            (out_dir / METRICS_FILE).open("w") as metrics_file,
-            tqdm(
+        try:
+            with tqdm(
                 range(start, config.steps),
                 desc="train",
                 unit="step",
-                disable=not progress,
+                disable=not (progress and primary),
                 mininterval=REFRESH,
                 initial=start,
                 total=config.steps,
-            ) as bar,
-        ):
-            metrics_file.writelines(json.dumps(m) + "\n" for m in metrics)
-            for step in bar:
-                batch = _check_batch(batch_fn(step), step, batch_shape, model_config.vocab_size)
-                state, out = train_step(state, batch)
-                out = jax.device_get(out)
-                now = time.perf_counter()
-                seconds, last = now - last, now
-                record = {"step": step, **{k: float(v) for k, v in out.items() if k != "skipped"}}
-                record["skipped"] = bool(out["skipped"])
-                record["step_seconds"] = seconds
-                record["tokens_per_s"] = tokens_per_step / seconds
-                record["mfu"] = record["tokens_per_s"] * flops_per_token / peak_flops
-                metrics_file.write(json.dumps(record) + "\n")
-                metrics_file.flush()
-                metrics.append(record)
-                for callback in on_step:
-                    callback(record)
-                if int(state["consecutive_skips"]) >= config.max_consecutive_skips:
-                    raise RuntimeError(
-                        f"{config.max_consecutive_skips} bad updates in a row (non-finite or spiking loss "
-                        f"{record['loss']}) at step {step}; lower learning_rate?"
-                    )
-                if (step + 1) % config.checkpoint_every == 0 or step + 1 == config.steps:
-                    checkpoints.save(step + 1, state, meta)
-                if step % config.log_every == 0 or step == config.steps - 1:
-                    bar.set_postfix(loss=f"{record['loss']:.3f}", lr=f"{record['lr']:.2e}")
-                    logger.info("step %d loss %.4f grad_norm %.3f", step, record["loss"], record["grad_norm"])
+            ) as bar:
+                for step in bar:
+                    local = _local_rows(batch_fn, step, rows, batch_shape, model_config.vocab_size)
+                    batch = jax.make_array_from_process_local_data(rows_sharding, local, batch_shape)
+                    state, out = train_step(state, batch)
+                    out = jax.device_get(out)
+                    now = time.perf_counter()
+                    seconds, last = now - last, now
+                    record = {"step": step, **{k: float(v) for k, v in out.items() if k != "skipped"}}
+                    record["skipped"] = bool(out["skipped"])
+                    record["step_seconds"] = seconds
+                    record["tokens_per_s"] = tokens_per_step / seconds
+                    record["mfu"] = record["tokens_per_s"] * flops_per_token / peak_flops
+                    metrics.append(record)
+                    for callback in on_step:
+                        callback(record)
+                    if int(state["consecutive_skips"]) >= config.max_consecutive_skips:
+                        raise RuntimeError(
+                            f"{config.max_consecutive_skips} bad updates in a row (non-finite or spiking "
+                            f"loss {record['loss']}) at step {step}; lower learning_rate?"
+                        )
+                    if (step + 1) % config.checkpoint_every == 0 or step + 1 == config.steps:
+                        if primary:  # first: a checkpoint that exists has its steps' metrics
+                            _write_metrics(metrics_path, metrics)
+                        checkpoints.save(step + 1, state, meta)
+                    if primary and (step % config.log_every == 0 or step == config.steps - 1):
+                        bar.set_postfix(loss=f"{record['loss']:.3f}", lr=f"{record['lr']:.2e}")
+                        logger.info(
+                            "step %d loss %.4f grad_norm %.3f", step, record["loss"], record["grad_norm"]
+                        )
+        finally:  # an error or an interrupt keeps the steps it logged
+            if primary:
+                _write_metrics(metrics_path, metrics)
         wall_seconds = time.perf_counter() - began
 
     # Throughput excludes the first step of this process, which carries the compile.
@@ -314,6 +366,7 @@ def train(
         "non_embedding_params": model_config.num_params(include_embeddings=False),
         "flops_per_token": flops_per_token,
         "flops": flops_per_token * tokens_per_step * config.steps,
+        "processes": jax.process_count(),
         "devices": mesh.size,
         "hardware": f"{mesh.devices.flat[0].platform}: {mesh.devices.flat[0].device_kind}",
         "wall_seconds": wall_seconds,
@@ -321,8 +374,10 @@ def train(
         "peak_flops": peak_flops,
         "mfu": tokens_per_s * flops_per_token / peak_flops,
     }
-    (out_dir / TRAIN_FILE).write_text(json.dumps({"config": meta["train"], "summary": summary}, indent=2))
-    plot_loss_curve(metrics, summary, out_dir / LOSS_CURVE_FILE)
+    if primary:
+        recorded = {"config": meta["train"], "summary": summary}
+        _write_whole(out_dir / TRAIN_FILE, json.dumps(recorded, indent=2).encode())
+        _write_whole(out_dir / LOSS_CURVE_FILE, loss_curve_png(metrics, summary))
     return summary
 
 
@@ -331,9 +386,12 @@ def abstract_model(config: LlamaConfig) -> tuple[nnx.GraphDef, nnx.State]:
     return nnx.split(nnx.eval_shape(lambda: Llama(config, nnx.Rngs(0))))
 
 
-def load_params(path: Path, step: int | None = None) -> tuple[nnx.GraphDef, nnx.State, LlamaConfig, int]:
-    """Parameters of a training directory's checkpoint ``step`` (default: the latest), on one device."""
-    path = Path(path)
+def load_params(
+    path: str | os.PathLike[str], step: int | None = None
+) -> tuple[nnx.GraphDef, nnx.State, LlamaConfig, int]:
+    """Parameters of a training directory's (path or URL) checkpoint ``step`` (default: the latest), on
+    one device."""
+    path = UPath(path)
     if not (path / MODEL_FILE).is_file() or not (path / CHECKPOINTS_DIR).is_dir():
         raise FileNotFoundError(f"not a training directory (no {MODEL_FILE} and {CHECKPOINTS_DIR}/): {path}")
     config = LlamaConfig.model_validate_json((path / MODEL_FILE).read_text())
@@ -346,13 +404,14 @@ def load_params(path: Path, step: int | None = None) -> tuple[nnx.GraphDef, nnx.
     return graphdef, params, config, step
 
 
-def load_checkpoint(path: Path) -> tuple[Llama, LlamaConfig]:
+def load_checkpoint(path: str | os.PathLike[str]) -> tuple[Llama, LlamaConfig]:
     """The model exactly as trained, from the last checkpoint of a directory written by ``train``."""
     graphdef, params, config, _ = load_params(path)
     return nnx.merge(graphdef, params), config
 
 
-def plot_loss_curve(metrics: list[dict[str, Any]], summary: dict[str, Any], path: Path) -> None:
+def loss_curve_png(metrics: list[dict[str, Any]], summary: dict[str, Any]) -> bytes:
+    """The training loss by step, skipped updates marked, as PNG bytes."""
     figure = Figure(figsize=(6, 4), dpi=100)
     FigureCanvasAgg(figure)
     ax = figure.add_subplot()
@@ -369,4 +428,6 @@ def plot_loss_curve(metrics: list[dict[str, Any]], summary: dict[str, Any], path
     )
     ax.grid(True, alpha=0.3)
     figure.tight_layout()
-    figure.savefig(path)
+    png = io.BytesIO()
+    figure.savefig(png, format="png")
+    return png.getvalue()

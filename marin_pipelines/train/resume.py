@@ -5,18 +5,23 @@ counters, the loss-spike window, the RNG) and ``meta`` (the configs that wrote i
 under flat dotted names (``blocks.0.attn.wq.kernel``) and restored into the tree of a freshly built
 state, so the on-disk format does not depend on optax's or flax's pytree classes. Orbax writes each
 step into a temporary directory and renames it when complete: a process killed mid-save leaves no
-step that a later run would read.
+step that a later run would read. The directory may be a ``gs://`` URL: orbax writes there itself
+(tensorstore), and every process of a multi-host run takes part in each save and restore.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 from pathlib import Path
 from typing import Any
 
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
+from etils import epath
+
+from marin_pipelines.store import is_local
 
 
 def leaf_name(path: tuple) -> str:
@@ -55,7 +60,9 @@ def _abstract(tree: Any, shardings: Any) -> dict[str, jax.ShapeDtypeStruct]:
 class Checkpoints:
     """Checkpoints under ``directory``: the last ``keep_last``, plus every ``keep_every``-th step."""
 
-    def __init__(self, directory: Path, keep_last: int | None = None, keep_every: int | None = None):
+    def __init__(
+        self, directory: str | os.PathLike[str], keep_last: int | None = None, keep_every: int | None = None
+    ):
         """``keep_last=None`` opens existing checkpoints for reading: nothing is created or cleaned up."""
         writing = keep_last is not None
         options = ocp.CheckpointManagerOptions(
@@ -65,7 +72,7 @@ class Checkpoints:
             cleanup_tmp_directories=writing,
             create=writing,
         )
-        self.directory = Path(directory).absolute()
+        self.directory = Path(directory).absolute() if is_local(directory) else epath.Path(str(directory))
         handlers = {
             "params": ocp.StandardCheckpointHandler(),
             "state": ocp.StandardCheckpointHandler(),

@@ -1,11 +1,21 @@
 import json
+import shutil
 
+import fsspec
 import numpy as np
 import pytest
+from upath import UPath
 
 from marin_pipelines.cli import main
 from marin_pipelines.evals.lm_eval_tasks import SHIPPED_TASKS_DIR
-from marin_pipelines.tokenize.tokenizer import TOKENIZER_FILE, TokenizerConfig, train_tokenizer
+from marin_pipelines.store import ArtifactStore
+from marin_pipelines.tokenize.tokenized_cache import CacheConfig, build_cache
+from marin_pipelines.tokenize.tokenizer import (
+    TOKENIZER_FILE,
+    TokenizerConfig,
+    load_tokenizer,
+    train_tokenizer,
+)
 from marin_pipelines.train.checkpoint import TrainConfig, train
 from marin_pipelines.train.model import LlamaConfig
 
@@ -110,3 +120,29 @@ def test_named_bpb_sets_join_their_files(checkpoint, tmp_path, capsys):
     assert bpb["both"]["bytes"] == bpb["b.txt"]["bytes"] + len(first.read_bytes())
     assert main([*args, f"b.txt={first}", str(second)]) == 2
     assert "distinct names" in capsys.readouterr().err
+
+
+def test_eval_reads_its_inputs_from_a_bucket_and_writes_there(checkpoint, gcs_root, tmp_path, monkeypatch):
+    """As a pod evaluates a store on gs://: checkpoint, tokenizer, a token cache (an artifact, read from its
+    local copy) and the results are URLs; the numbers are those of the same files on local disk."""
+    fs, root = fsspec.core.url_to_fs(gcs_root)
+    for file in sorted(p for p in checkpoint.rglob("*") if p.is_file()):
+        fs.put_file(str(file), f"{root}/run/{file.relative_to(checkpoint).as_posix()}")
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    tokenizer = load_tokenizer(checkpoint / TOKENIZER_FILE)
+    docs = [str(SHIPPED_TASKS_DIR / "text.jsonl")]
+    build_cache(docs, tokenizer, cache, CacheConfig(validation_fraction=0.5), tmp_path / "work")
+    store = ArtifactStore(gcs_root)
+    with store.write(["tokenized_cache"], "v1") as pending:
+        shutil.copytree(cache, pending.path, dirs_exist_ok=True)
+    monkeypatch.setenv("MARIN_CACHE_DIR", str(tmp_path / "copies"))
+
+    local = tmp_path / "local.json"
+    assert main(["eval", "--checkpoint", str(checkpoint), "--bpb", f"held={cache}", "--out", str(local)]) == 0
+    args = ["eval", "--checkpoint", f"{gcs_root}/run", "--tokenizer", f"{gcs_root}/run/{TOKENIZER_FILE}"]
+    args += ["--bpb", f"held={store.url(['tokenized_cache'], 'v1')}", "--out", f"{gcs_root}/eval.json"]
+    assert main(args) == 0
+    remote = json.loads(UPath(f"{gcs_root}/eval.json").read_text())
+    assert remote["bpb"] == json.loads(local.read_text())["bpb"] and remote["bpb"]["held"]["tokens"] > 0
+    assert (tmp_path / "copies" / "store").is_dir()  # the cache was read from its local copy
