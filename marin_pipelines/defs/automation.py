@@ -7,6 +7,8 @@
   in the order queued, whoever queued them (this sensor, the job, a backfill, the refresh schedule).
 - Per experiment: ``{experiment}_pipeline`` materialises its unpartitioned steps up to any ladder, and
   the ``{experiment}_refresh`` schedule runs it daily (everything is reused when no snapshot arrived).
+  These two kinds of job process documents: their runs carry ``data_tags`` (on Kubernetes, the size of
+  the run pod: ``launcher_env.data_run_tags``).
 - Per ladder: ``{ladder}_ladder`` runs one rung; backfill its partitions. What is downstream of a ladder
   (the prediction, the target it predicts, its evaluation, the law) rolls forward by declarative
   automation (eager) once the backfill is complete; the target's edge from its prediction keeps the order.
@@ -114,8 +116,11 @@ def refresh_schedule(experiment: Experiment, job_name: str, crawls: list[Step]) 
     return refresh
 
 
-def automation(experiments: list[Experiment], steps: list[Step]) -> dict[str, list]:
-    """Jobs, sensors and schedules for the steps of ``experiments`` (each crawl and ladder once)."""
+def automation(
+    experiments: list[Experiment], steps: list[Step], data_tags: dict[str, str] | None = None
+) -> dict[str, list]:
+    """Jobs, sensors and schedules for the steps of ``experiments`` (each crawl and ladder once);
+    ``data_tags`` go on the runs of the jobs that process documents."""
     jobs, sensors, schedules = [], [], []
     for crawl in partition_sources(steps, "snapshot"):
         name = f"{slug(crawl)}_snapshot"
@@ -124,6 +129,7 @@ def automation(experiments: list[Experiment], steps: list[Step]) -> dict[str, li
                 name,
                 selection=selection(partitioned_by(steps, crawl)),
                 description=f"One snapshot of {crawl.name}: WARC files to deduplicated text.",
+                tags=data_tags,
             )
         )
         sensors.append(snapshot_sensor(crawl, name))
@@ -143,6 +149,7 @@ def automation(experiments: list[Experiment], steps: list[Step]) -> dict[str, li
                 name,
                 selection=selection(pipeline_steps(experiment)),
                 description=f"{experiment.name}: every step over all processed snapshots, up to any ladder.",
+                tags=data_tags,
             )
         )
         crawls = partition_sources(experiment.all_steps, "snapshot")

@@ -19,13 +19,14 @@ from dagster.components import Component, Model, Resolvable
 from marin_pipelines.defs.automation import after_ladders, automation
 from marin_pipelines.defs.step_assets import step_asset
 from marin_pipelines.experiment import Experiment, discover_experiments
-from marin_pipelines.resources.launcher_env import launcher_from_env
+from marin_pipelines.resources.launcher_env import data_run_tags, launcher_from_env
 from marin_pipelines.steps import topological, unique_steps
 
 
 def experiment_definitions(experiments: list[Experiment]) -> Definitions:
     """Assets (one per step), jobs, sensors and schedules of ``experiments``. Training and evaluation go
-    into the pool of the accelerator that ``MARIN_LAUNCHER`` / ``MARIN_K8S_*`` select."""
+    into the pool of the accelerator that ``MARIN_LAUNCHER`` / ``MARIN_K8S_*`` select; the jobs that process
+    documents get run pods of the size ``MARIN_K8S_DATA_*`` sets."""
     steps = list(unique_steps(topological(s for e in experiments for s in e.all_steps)).values())
     users = {step.name: [e for e in experiments if step in e.all_steps] for step in steps}
     automated = after_ladders(steps)
@@ -36,7 +37,7 @@ def experiment_definitions(experiments: list[Experiment]) -> Definitions:
         )
         for step in steps
     ]
-    parts = automation(experiments, steps)
+    parts = automation(experiments, steps, data_run_tags())
     if automated:  # the prediction, the target it predicts, its evaluation, the law: once a ladder is done
         parts["sensors"].append(
             AutomationConditionSensorDefinition(

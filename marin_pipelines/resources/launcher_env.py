@@ -4,17 +4,28 @@
 (``K8sLauncher``, configured by the ``MARIN_K8S_*`` variables below). ``MARIN_STORE_ROOT``, when set, is
 passed on to every pod. A wrong value, a misspelt ``MARIN_K8S_*`` name or a missing image is an error
 that names the variable, before any run starts.
+
+The ``MARIN_K8S_DATA_*`` variables size the run pods of the jobs that process documents (a snapshot, an
+experiment's pipeline): ``data_run_tags`` turns them into the ``dagster-k8s/config`` tag that Dagster's
+``K8sRunLauncher`` reads. Their stages start one worker per CPU of the pod's limit (``cpu_limit``).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections.abc import Mapping
 
 from pydantic import ValidationError
 
-from marin_pipelines.resources.launcher import STORE_ROOT, K8sLauncher, LauncherResource, LocalLauncher
+from marin_pipelines.resources.launcher import (
+    QUANTITY,
+    STORE_ROOT,
+    K8sLauncher,
+    LauncherResource,
+    LocalLauncher,
+)
 
 LAUNCHER = "MARIN_LAUNCHER"
 LAUNCHERS = ("local", "k8s")
@@ -39,6 +50,13 @@ K8S_VARIABLES: dict[str, tuple[str, str]] = {
     "MARIN_K8S_COMPILATION_CACHE": ("compilation_cache", "folder for JAX's compilation cache, shared"),
     "MARIN_K8S_RUN_HOURS": ("run_hours", "the longest a pod may run, in hours (default: 168)"),
 }
+# variable -> (Kubernetes resource of a data job's run pod, what it holds); requests equal limits
+RUN_POD_VARIABLES: dict[str, tuple[str, str]] = {
+    "MARIN_K8S_DATA_CPU": ("cpu", "CPUs of a document-processing run pod: its stages' workers (e.g. 16)"),
+    "MARIN_K8S_DATA_MEMORY": ("memory", "memory of a document-processing run pod (e.g. 64Gi)"),
+    "MARIN_K8S_DATA_DISK": ("ephemeral-storage", "local disk of that pod: bucket writes are staged on it"),
+}
+K8S_CONFIG_TAG = "dagster-k8s/config"
 IMAGE = "MARIN_K8S_IMAGE"
 FIELD_VARIABLES = {field: variable for variable, (field, _) in K8S_VARIABLES.items()}
 FIELD_VARIABLES["store_root"] = STORE_ROOT
@@ -57,14 +75,16 @@ def launcher_from_env(environ: Mapping[str, str] = os.environ) -> LauncherResour
                 f"{', '.join(given)} set, but {LAUNCHER} is not k8s: set {LAUNCHER}=k8s or unset them"
             )
         return LocalLauncher()
-    unknown = [name for name in given if name not in K8S_VARIABLES]
+    unknown = [name for name in given if name not in K8S_VARIABLES | RUN_POD_VARIABLES]
     if unknown:
-        known = "\n".join(f"  {name}: {what}" for name, (_, what) in K8S_VARIABLES.items())
+        known = "\n".join(
+            f"  {name}: {what}" for name, (_, what) in (K8S_VARIABLES | RUN_POD_VARIABLES).items()
+        )
         raise ValueError(f"unknown variable {', '.join(unknown)}; the launcher reads:\n{known}")
     if IMAGE not in environ:
         raise ValueError(f"{LAUNCHER}=k8s needs {IMAGE}: {K8S_VARIABLES[IMAGE][1]}")
     fields: dict[str, object] = {"store_root": environ.get(STORE_ROOT)}
-    for name in given:
+    for name in (name for name in given if name in K8S_VARIABLES):
         value = environ[name]
         fields[K8S_VARIABLES[name][0]] = pairs(name, value) if name in PAIRS else value
     try:
@@ -72,6 +92,25 @@ def launcher_from_env(environ: Mapping[str, str] = os.environ) -> LauncherResour
     except ValidationError as error:
         problems = "\n".join(f"  {describe(e)}" for e in error.errors())
         raise ValueError(f"{LAUNCHER}=k8s, but the launcher's variables are wrong:\n{problems}") from None
+
+
+def data_run_tags(environ: Mapping[str, str] = os.environ) -> dict[str, str]:
+    """The run tags that size a document-processing job's run pod from ``MARIN_K8S_DATA_*`` (none set, or
+    no Kubernetes: no tags, and the run launcher's default size in deploy/helm/values.yaml applies)."""
+    if environ.get(LAUNCHER) != "k8s":
+        return {}
+    resources = {}
+    for name, (resource, _) in RUN_POD_VARIABLES.items():
+        value = environ.get(name)
+        if value is None:
+            continue
+        if not QUANTITY.fullmatch(value):
+            raise ValueError(f"{name}={value!r} must be a Kubernetes quantity (16, 500m, 64Gi)")
+        resources[resource] = value
+    if not resources:
+        return {}
+    config = {"container_config": {"resources": {"requests": resources, "limits": resources}}}
+    return {K8S_CONFIG_TAG: json.dumps(config)}
 
 
 def pairs(variable: str, value: str) -> dict[str, str]:

@@ -18,13 +18,21 @@ from typing import Any
 
 import pytest
 import yaml
+from dagster import Definitions
 from dagster._config import process_config
 from dagster._core.instance.config import ConcurrencyConfig, PoolGranularity, dagster_instance_config
 from dagster._core.run_coordinator.queued_run_coordinator import QueuedRunCoordinator
+from dagster._core.storage.dagster_run import DagsterRun
+from dagster_k8s import K8sRunLauncher
+from dagster_k8s.job import construct_dagster_k8s_job
 from kubernetes.client import V1ConfigMapEnvSource, V1Container, V1JobSpec, V1ResourceRequirements
 
+from marin_pipelines.defs.experiments_component import experiment_definitions
+from marin_pipelines.defs.step_assets import slug
+from marin_pipelines.experiments import demo
+from marin_pipelines.resources import default_resources
 from marin_pipelines.resources.launcher import RUN_POD, K8sLauncher
-from marin_pipelines.resources.launcher_env import launcher_from_env
+from marin_pipelines.resources.launcher_env import data_run_tags, launcher_from_env
 from marin_pipelines.resources.multi_host import k8s_model
 
 VALUES = Path(__file__).parents[2] / "deploy" / "helm" / "values.yaml"
@@ -353,3 +361,71 @@ def test_a_misspelt_key_is_refused(values, tmp_path, monkeypatch, misspelt, path
         monkeypatch.setenv(name, value)
     with pytest.raises(Exception, match=str(path[-1])):
         load_instance(misspelt(values, *path), tmp_path)
+
+
+def run_worker_container(instance: dict[str, Any], tags: dict[str, str], tmp_path: Path) -> V1Container:
+    """The run worker's container, as this instance's ``K8sRunLauncher`` would create it for a run with
+    ``tags`` (everything it does but the API call; a kubeconfig for a cluster that is never asked)."""
+    block = instance["run_launcher"]
+    processed = process_config(K8sRunLauncher.config_type(), block["config"])
+    assert processed.success, processed.errors
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump(KUBECONFIG))
+    config = {**processed.value, "load_incluster_config": False, "kubeconfig_file": str(kubeconfig)}
+    launcher = K8sRunLauncher.from_config_value(None, config)
+    run = DagsterRun(job_name="a_job", run_id="0" * 36, tags=tags)
+    context = launcher.get_container_context_for_run(run)
+    job = construct_dagster_k8s_job(
+        context.get_k8s_job_config(job_image="marin:1", run_launcher=launcher),
+        args=["dagster", "api", "execute_run"],
+        job_name="dagster-run-0",
+        user_defined_k8s_config=context.run_k8s_config,
+        component="run_worker",
+    )
+    (container,) = job.spec.template.spec.containers
+    return container
+
+
+KUBECONFIG = {
+    "apiVersion": "v1",
+    "kind": "Config",
+    "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1"}}],
+    "users": [{"name": "u", "user": {"token": "unused"}}],
+    "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+    "current-context": "x",
+}
+
+
+def test_document_jobs_get_run_pods_of_the_size_marin_env_sets(
+    values, instance, marin_env, tmp_path, monkeypatch
+):
+    for name, value in marin_env.items():
+        monkeypatch.setenv(name, value)
+    defs = Definitions.merge(experiment_definitions([demo.demo]), Definitions(resources=default_resources()))
+    snapshot, pipeline = defs.resolve_job_def("demo_crawl_snapshot"), defs.resolve_job_def("demo_pipeline")
+    assert snapshot.run_tags == pipeline.run_tags == data_run_tags(marin_env) != {}
+
+    sized = run_worker_container(instance, dict(snapshot.run_tags), tmp_path).resources
+    data = {"cpu": marin_env["MARIN_K8S_DATA_CPU"], "memory": marin_env["MARIN_K8S_DATA_MEMORY"]}
+    data["ephemeral-storage"] = marin_env["MARIN_K8S_DATA_DISK"]
+    assert sized.requests == sized.limits == data  # the cgroup quota its stages size their workers by
+
+    # a ladder rung's run only orchestrates (its training has pods of its own): the chart's small default
+    ladder = defs.resolve_job_def(f"{slug(demo.ladder.checkpoints)}_runs")
+    default = run_worker_container(instance, dict(ladder.run_tags), tmp_path).resources
+    chart = values["runLauncher"]["config"]["k8sRunLauncher"]["resources"]
+    assert (default.requests, default.limits) == (chart["requests"], chart["limits"])
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "message"),
+    [
+        ("MARIN_K8S_DATA_CPU", "sixteen", "MARIN_K8S_DATA_CPU='sixteen' must be a Kubernetes quantity"),
+        ("MARIN_K8S_DATA_MEMORYY", "64Gi", "unknown variable MARIN_K8S_DATA_MEMORYY"),
+    ],
+)
+def test_a_wrong_run_pod_size_names_the_variable(marin_env, variable, value, message):
+    env = {**marin_env, variable: value}
+    with pytest.raises(ValueError, match=re.escape(message)):
+        launcher_from_env(env)
+        data_run_tags(env)
