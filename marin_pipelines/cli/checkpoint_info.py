@@ -1,29 +1,29 @@
-"""`marin-pipelines checkpoint-info DIR`: what a training directory's checkpoint holds, as JSON."""
+"""`marin-pipelines checkpoint-info DIR`: what a training directory's (or URL's) checkpoint holds, as JSON."""
 
 from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "checkpoint-info", help="step, parameter count and sha256 of a training directory's checkpoint"
     )
-    parser.add_argument("dir", type=Path, help="a directory written by `marin-pipelines train`")
+    parser.add_argument("dir", help="a directory (or gs:// URL) written by `marin-pipelines train`")
     parser.add_argument("--step", type=int, help="which checkpoint (default: the latest)")
     parser.set_defaults(run=lambda args: print_info(args.dir, args.step))
 
 
-def print_info(directory: Path, step: int | None) -> int:
+def print_info(directory: str, step: int | None) -> int:
     import jax
+    from upath import UPath
 
     from marin_pipelines.train.checkpoint import CHECKPOINTS_DIR, load_params
     from marin_pipelines.train.resume import Checkpoints, params_sha256
 
     _, params, config, step = load_params(directory, step)
-    with Checkpoints(directory / CHECKPOINTS_DIR) as checkpoints:
+    with Checkpoints(UPath(directory) / CHECKPOINTS_DIR) as checkpoints:
         steps = checkpoints.all_steps()
     info = {
         "step": step,

@@ -4,18 +4,22 @@
 Our layers map one to one onto ``LlamaForCausalLM`` (RoPE on channel halves, as HF's
 ``rotate_half``); with QK-norm the model is exactly ``Qwen3ForCausalLM`` (RMSNorm over each head's
 queries and keys before RoPE), so it is exported as that. Kernels are stored (in, out) by flax and
-(out, in) by torch, hence the transposes.
+(out, in) by torch, hence the transposes. The training directory and the output may be URLs (gs://).
 """
 
 from __future__ import annotations
 
 import json
-import shutil
+import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
+import fsspec
 import numpy as np
+from fsspec.implementations.local import LocalFileSystem
 from safetensors.numpy import save_file
+from upath import UPath
 
 from marin_pipelines.tokenize.tokenizer import TOKENIZER_FILE
 from marin_pipelines.train.checkpoint import load_params
@@ -77,17 +81,30 @@ def hf_tensors(params: dict[str, np.ndarray], config: LlamaConfig) -> dict[str, 
     return {name: np.ascontiguousarray(array, np.float32) for name, array in tensors.items()}
 
 
-def export_hf(train_dir: Path, out_dir: Path) -> dict[str, Any]:
-    """Write the latest checkpoint of ``train_dir`` as a Hugging Face model into ``out_dir``."""
+def export_hf(train_dir: str | os.PathLike[str], out: str | os.PathLike[str]) -> dict[str, Any]:
+    """Write the latest checkpoint of ``train_dir`` as a Hugging Face model into ``out``, a folder or a URL
+    (written on local disk first, then uploaded: safetensors writes files)."""
     _, params, config, step = load_params(train_dir)
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    fs, target = fsspec.core.url_to_fs(str(out))
+    if isinstance(fs, LocalFileSystem):
+        return write_hf(params, config, step, UPath(train_dir), Path(target))
+    with tempfile.TemporaryDirectory() as scratch:
+        hf = write_hf(params, config, step, UPath(train_dir), Path(scratch))
+        fs.makedirs(target, exist_ok=True)
+        for file in sorted(Path(scratch).iterdir()):
+            fs.put_file(str(file), f"{target}/{file.name}")
+    return hf
+
+
+def write_hf(params: Any, config: LlamaConfig, step: int, train_dir: UPath, folder: Path) -> dict[str, Any]:
+    folder.mkdir(parents=True, exist_ok=True)
     flat = {name: np.asarray(leaf) for name, leaf in flatten(params).items()}
     save_file(
-        hf_tensors(flat, config), str(out_dir / WEIGHTS_FILE), metadata={"format": "pt", "step": str(step)}
+        hf_tensors(flat, config), str(folder / WEIGHTS_FILE), metadata={"format": "pt", "step": str(step)}
     )
     hf = hf_config(config)
-    (out_dir / CONFIG_FILE).write_text(json.dumps(hf, indent=2))
-    if (Path(train_dir) / TOKENIZER_FILE).is_file():
-        shutil.copyfile(Path(train_dir) / TOKENIZER_FILE, out_dir / TOKENIZER_FILE)
+    (folder / CONFIG_FILE).write_text(json.dumps(hf, indent=2))
+    tokenizer = train_dir / TOKENIZER_FILE
+    if tokenizer.is_file():
+        (folder / TOKENIZER_FILE).write_bytes(tokenizer.read_bytes())
     return hf

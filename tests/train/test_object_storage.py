@@ -1,5 +1,6 @@
 """Training on object storage (a real Cloud Storage server, the emulator): the data is an artifact on the
-bucket, the work folder is a gs:// URL; a run SIGKILLed there resumes there and ends bit-identical."""
+bucket, the work folder is a gs:// URL; a run SIGKILLed there resumes there and ends bit-identical, and the
+checkpoint is inspected and exported from the bucket."""
 
 import json
 import os
@@ -13,6 +14,7 @@ import yaml
 from test_train_cli import train_command
 from upath import UPath
 
+from marin_pipelines.cli import main
 from marin_pipelines.store import ArtifactStore
 from marin_pipelines.train.checkpoint import load_params
 from marin_pipelines.train.resume import params_sha256
@@ -44,7 +46,7 @@ def losses(folder: UPath) -> list[float]:
     return [json.loads(line)["loss"] for line in (folder / "metrics.jsonl").read_text().splitlines()]
 
 
-def test_a_run_killed_on_a_bucket_resumes_there_bit_identically(token_cache, gcs_root, tmp_path):
+def test_a_run_killed_on_a_bucket_resumes_there_bit_identically(token_cache, gcs_root, tmp_path, capsys):
     config_file = tmp_path / "run.yaml"
     config_file.write_text(yaml.safe_dump(CONFIG))
     store = ArtifactStore(gcs_root)
@@ -78,6 +80,16 @@ def test_a_run_killed_on_a_bucket_resumes_there_bit_identically(token_cache, gcs
     summary = json.loads(UPath(remote, "train.json").read_text())["summary"]
     assert summary["resumed_from_step"] >= interrupted_at
     assert params_sha256(load_params(remote)[1]) == params_sha256(load_params(local)[1])
+
+    # what an operator does next, on the bucket: inspect the checkpoint, export it
+    capsys.readouterr()
+    assert main(["checkpoint-info", remote]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["step"] == STEPS and info["sha256"] == params_sha256(load_params(local)[1])
+    assert main(["export-hf", remote, "--out", f"{gcs_root}/hf"]) == 0
+    exported = json.loads(capsys.readouterr().out)
+    assert exported == json.loads(UPath(gcs_root, "hf", "config.json").read_text())
+    assert UPath(gcs_root, "hf", "model.safetensors").stat().st_size > 0
     assert losses(UPath(remote)) == losses(UPath(local))
     assert UPath(remote, "tokenizer.json").read_bytes() == (token_cache / "tokenizer.json").read_bytes()
     assert UPath(remote, "loss_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
