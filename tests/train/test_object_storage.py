@@ -36,9 +36,8 @@ CONFIG = {
 
 def saved_steps(url: str) -> list[int]:
     """Steps orbax has committed in a work folder on a bucket (``commit_success.txt`` goes last into each
-    step there: no renames on object storage), listed afresh: gcsfs keeps listings, and this one changes."""
+    step there: no renames on object storage); every listing asks the bucket (marin_pipelines/__init__.py)."""
     fs, root = fsspec.core.url_to_fs(f"{url}/checkpoints")
-    fs.invalidate_cache()
     return sorted(int(path.split("/")[-2]) for path in fs.glob(f"{root}/*/commit_success.txt"))
 
 
