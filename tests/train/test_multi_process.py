@@ -11,7 +11,7 @@ import numpy as np
 import psutil
 import pytest
 import yaml
-from test_train_cli import ENV, saved_steps, train_command
+from test_train_cli import ENV, run_config, saved_steps, train_command
 
 from marin_pipelines.tokenize.data_mixture import MixtureConfig, MixtureLoader, MixtureSource
 from marin_pipelines.train.checkpoint import load_params
@@ -19,18 +19,7 @@ from marin_pipelines.train.distributed import ProcessGroup, local_env, process_g
 from marin_pipelines.train.resume import params_sha256
 
 STEPS = 20
-CONFIG = {
-    "model": {"size": "micro", "seq_len": 32},
-    "train": {
-        "steps": STEPS,
-        "batch_size": 8,
-        "warmup_steps": 2,
-        "checkpoint_every": 4,
-        "keep_last": 2,
-        "log_every": 10,
-        "peak_flops": 1e10,
-    },
-}
+CONFIG = run_config("micro", STEPS, warmup_steps=2, checkpoint_every=4, log_every=10)
 
 
 def group_command(config_file, cache, out, processes: int, devices: int = 1) -> list[str]:

@@ -11,7 +11,7 @@ import time
 
 import fsspec
 import yaml
-from test_train_cli import train_command
+from test_train_cli import run_config, train_command
 from upath import UPath
 
 from marin_pipelines.cli import main
@@ -20,18 +20,7 @@ from marin_pipelines.train.checkpoint import load_params
 from marin_pipelines.train.resume import params_sha256
 
 STEPS = 30
-CONFIG = {
-    "model": {"size": "micro", "seq_len": 32},
-    "train": {
-        "steps": STEPS,
-        "batch_size": 8,
-        "warmup_steps": 3,
-        "checkpoint_every": 5,
-        "keep_last": 2,
-        "log_every": 10,
-        "peak_flops": 1e10,
-    },
-}
+CONFIG = run_config("micro", STEPS, warmup_steps=3, checkpoint_every=5, log_every=10)
 
 
 def saved_steps(url: str) -> list[int]:

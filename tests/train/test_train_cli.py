@@ -14,18 +14,15 @@ from dagster import AssetExecutionContext, MaterializeResult, asset, materialize
 from marin_pipelines.cli import main
 from marin_pipelines.resources.launcher import LocalLauncher
 
-CONFIG = {
-    "model": {"size": "nano", "seq_len": 32},
-    "train": {
-        "steps": 400,
-        "batch_size": 8,
-        "warmup_steps": 10,
-        "checkpoint_every": 10,
-        "keep_last": 2,
-        "log_every": 50,
-        "peak_flops": 1e10,
-    },
-}
+
+def run_config(size: str, steps: int, warmup_steps: int, checkpoint_every: int, log_every: int) -> dict:
+    """A tiny run for the tests: a few checkpoints, the last two kept."""
+    train = {"steps": steps, "batch_size": 8, "warmup_steps": warmup_steps, "keep_last": 2}
+    train |= {"checkpoint_every": checkpoint_every, "log_every": log_every, "peak_flops": 1e10}
+    return {"model": {"size": size, "seq_len": 32}, "train": train}
+
+
+CONFIG = run_config("nano", steps=400, warmup_steps=10, checkpoint_every=10, log_every=50)
 ENV = {**os.environ, "WANDB_MODE": "disabled", "JAX_PLATFORMS": "cpu"}
 
 
