@@ -26,6 +26,7 @@ from typing import Any, Literal, Protocol
 from pydantic import BaseModel
 
 from marin_pipelines.cpu_limit import available_cpus
+from marin_pipelines.lease import this_process
 from marin_pipelines.store import Artifact, ArtifactStore, PendingArtifact, cache_dir, is_local, version_hash
 
 STEP_NAME = re.compile(r"[a-z][a-z0-9_]*(/[a-z][a-z0-9_]*)*")
@@ -325,19 +326,31 @@ def changed_fields(before: Any, after: Any, prefix: str = "") -> list[str]:
 
 
 def build_step(ctx: StepContext, inputs: Mapping[str, Any]) -> Artifact:
-    """The output for ``ctx.partition``: reused when complete at this version, else built atomically."""
+    """The output for ``ctx.partition``: reused when complete at this version, else built atomically by
+    the one run that holds the version's lease (others wait for it and reuse its output)."""
     step = ctx.step
     artifact = ctx.store.get(step.key, step.version, ctx.partition)
     label = step.name + (f" [{ctx.partition}]" if ctx.partition else "")
     if artifact is not None:
         ctx.log(f"{label}: reused version {step.version} ({artifact.url})")
         return artifact
-    ctx.log(f"{label}: computing version {step.version}")
-    write = ctx.store.write(
-        step.key, step.version, ctx.partition, step.config_json, upstream_versions(step), ctx.made_by
-    )
-    with write as out:
-        step.stage.run(ctx, out, step.config, **inputs)
+    owner = this_process(**ctx.made_by)
+    claim = ctx.store.claim(step.key, step.version, ctx.partition, owner, lambda m: ctx.log(f"{label}: {m}"))
+    with claim as lease:
+        if lease is None:
+            artifact = ctx.store.get(step.key, step.version, ctx.partition)
+            assert artifact is not None
+            ctx.log(f"{label}: reused version {step.version}, made meanwhile by another run ({artifact.url})")
+            return artifact
+        ctx.log(f"{label}: computing version {step.version}")
+        write = ctx.store.write(
+            step.key, step.version, ctx.partition, step.config_json, upstream_versions(step), ctx.made_by
+        )
+        with write as out:
+            try:
+                step.stage.run(ctx, out, step.config, **inputs)
+            finally:  # taken over by another run (which cleared this one's files): nothing is committed
+                lease.check()
     artifact = ctx.store.get(step.key, step.version, ctx.partition)
     assert artifact is not None
     ctx.log(f"{label}: done in {artifact.manifest['wall_seconds']:.1f} s ({artifact.url})")

@@ -23,7 +23,7 @@ import shutil
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +31,8 @@ from typing import Any
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
+
+from marin_pipelines.lease import Lease, hold, lease_ttl
 
 MANIFEST = "manifest.json"
 UNPARTITIONED = "_"
@@ -210,6 +212,26 @@ class ArtifactStore:
             and (artifact := self.get(asset_path, name, partition)) is not None
         ]
         return sorted(found, key=lambda a: a.manifest.get("created", ""), reverse=True)
+
+    @contextmanager
+    def claim(
+        self,
+        asset_path: list[str],
+        version: str,
+        partition: str | None,
+        owner: dict[str, Any],
+        say: Callable[[str], None] = lambda message: None,
+    ) -> Iterator[Lease | None]:
+        """The lease of one version's output (``.{version}.lease`` beside it) for the block: one writer at
+        a time, on a folder or a bucket. None when another run completed the output meanwhile: reuse it."""
+        folder = self._fs_path(self.url(asset_path, version, partition)).rsplit("/", 1)[0]
+        self.fs.makedirs(folder, exist_ok=True)
+        complete = lambda: self.get(asset_path, version, partition) is not None  # noqa: E731
+        with hold(self.fs, f"{folder}/.{version}.lease", complete, owner, lease_ttl(), say) as lease:
+            if lease is not None and self.local:  # the only writer now: what killed writers left goes
+                for stale in Path(folder).glob(f".{version}.tmp-*"):
+                    shutil.rmtree(stale, ignore_errors=True)
+            yield lease
 
     def read_text(self, relative: str) -> str | None:
         """A file under the root that is not an artifact (an execution record), or None if absent."""

@@ -1,8 +1,10 @@
 """Shared fixtures: real web data from ../shared/data beside the project, when present."""
 
+import contextlib
 import http.client
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -48,6 +50,7 @@ class _GenerationProxy(BaseHTTPRequestHandler):
     """
 
     upstream = ""  # host:port of the emulator
+    one_at_a_time = threading.Lock()
     protocol_version = "HTTP/1.1"
 
     def log_message(self, *args) -> None:
@@ -57,14 +60,16 @@ class _GenerationProxy(BaseHTTPRequestHandler):
         url = urllib.parse.urlsplit(self.path)
         query = urllib.parse.parse_qs(url.query)
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        target = _object_of(url.path, query)
-        generation = self._generation(*target) if target else None
-        if generation is not None:
-            if query.get("ifGenerationMatch", [generation])[0] != generation:
-                return self._reply(412, {}, b"")
-            if query.get("ifGenerationNotMatch", [None])[0] == generation:
-                return self._reply(304 if self.command == "GET" else 412, {}, b"")
-        status, headers, data = self._upstream(self.command, self.path, body, dict(self.headers))
+        target = _object_of(url.path, query, body)
+        conditional = target and ("ifGenerationMatch" in query or "ifGenerationNotMatch" in query)
+        with self.one_at_a_time if conditional else contextlib.nullcontext():  # check and write: one step
+            generation = self._generation(*target) if target else None
+            if generation is not None:
+                if query.get("ifGenerationMatch", [generation])[0] != generation:
+                    return self._reply(412, {}, b"")
+                if query.get("ifGenerationNotMatch", [None])[0] == generation:
+                    return self._reply(304 if self.command == "GET" else 412, {}, b"")
+            status, headers, data = self._upstream(self.command, self.path, body, dict(self.headers))
         if generation not in (None, "0") and self.command == "GET" and status in (200, 206):
             headers["x-goog-generation"] = generation
         self._reply(status, headers, data)
@@ -98,11 +103,15 @@ class _GenerationProxy(BaseHTTPRequestHandler):
             self.wfile.write(data)
 
 
-def _object_of(path: str, query: dict[str, list[str]]) -> tuple[str, str] | None:
-    """(bucket, object name) that a JSON-API request is about, or None (listings, buckets)."""
+def _object_of(path: str, query: dict[str, list[str]], body: bytes = b"") -> tuple[str, str] | None:
+    """(bucket, object name) that a JSON-API request is about, or None (listings, buckets). A multipart
+    upload (gcsfs) names its object in the body's JSON part."""
     parts = path.split("/")
-    if path.startswith("/upload/storage/v1/b/") and "name" in query:
-        return parts[5], query["name"][0]
+    if path.startswith("/upload/storage/v1/b/"):
+        if "name" in query:
+            return parts[5], query["name"][0]
+        named = re.search(rb'"name": ("(?:[^"\\]|\\.)*")', body)
+        return (parts[5], json.loads(named.group(1))) if named else None
     for prefix in ("/storage/v1/b/", "/download/storage/v1/b/"):
         if path.startswith(prefix):
             rest = path[len(prefix) :].split("/", 2)
@@ -179,3 +188,39 @@ def gcs_emulator() -> Iterator[str]:
 def gcs_root(gcs_emulator: str) -> str:
     """A fresh ``gs://`` prefix on the emulator for one test."""
     return f"gs://{EMULATOR_BUCKET}/{uuid.uuid4().hex[:8]}"
+
+
+class PostgresServer:
+    """A running server: ``url`` of its ``postgres`` database; ``database(name)`` makes another."""
+
+    def __init__(self, url: str):
+        self.url = url
+
+    def database(self, name: str) -> str:
+        """A new, empty database; its URL (libpq's and SQLAlchemy's form: the socket as ``?host=``)."""
+        import psycopg2
+        from sqlalchemy.engine import make_url
+
+        connection = psycopg2.connect(self.url)
+        try:
+            connection.autocommit = True  # CREATE DATABASE cannot run in a transaction
+            with connection.cursor() as cursor:
+                cursor.execute(f"CREATE DATABASE {name}")
+        finally:
+            connection.close()
+        return make_url(self.url).set(database=name).render_as_string(hide_password=False)
+
+
+@pytest.fixture(scope="session")
+def postgres_server(tmp_path_factory) -> Iterator[PostgresServer]:
+    """A real Postgres server for the session, stopped and deleted at its end. pgserver's wheel (a dev
+    dependency) ships the binaries: nothing is installed or downloaded here. The server listens on a unix
+    socket in its data folder, no TCP port. As root (CI), pgserver runs it as a system user of its own
+    (``pgserver``, added with useradd the first time), since Postgres refuses to run as root."""
+    import pgserver
+
+    server = pgserver.get_server(tmp_path_factory.mktemp("postgres") / "data", cleanup_mode="delete")
+    try:
+        yield PostgresServer(server.get_uri())
+    finally:
+        server.cleanup()

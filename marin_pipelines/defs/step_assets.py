@@ -162,11 +162,11 @@ def step_asset(
             context.log.info(message)
             log.info(message)
 
-        reused = store.get(step.key, step.version, partition) is not None
         ctx = StepContext(
             step, store, partition, resources, say, made_by={"dagster_run_id": context.run.run_id}
         )
         artifact = build_step(ctx, inputs)
+        reused = artifact.manifest["made_by"] != ctx.made_by  # made earlier, or by another run meanwhile
         yield Output(artifact, metadata=dagster_metadata(artifact, reused))
         for name, check in stage.checks.items():
             passed, metadata = check.fn(artifact)
