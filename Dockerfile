@@ -19,13 +19,17 @@ RUN useradd --create-home --uid 10001 marin \
     && mkdir -p "$DAGSTER_HOME" \
     && chown marin "$DAGSTER_HOME"
 
-# the exact versions the project is tested with: requirements.lock constrains every dependency
-WORKDIR /tmp/marin-build
+# the exact versions the project is tested with: requirements.lock constrains every dependency. The project
+# stays in /opt/marin-pipelines, installed editable from there (as Dagster's own images do): definitions.py
+# finds the defs folder by the pyproject.toml ([tool.dg]) above the package, which a copy in site-packages
+# lacks. Its bytecode is compiled now: the user that runs it cannot write there.
+WORKDIR /opt/marin-pipelines
 COPY pyproject.toml requirements.lock README.md ./
 COPY marin_pipelines ./marin_pipelines
-RUN pip install -c requirements.lock . \
+RUN pip install -c requirements.lock -e . \
     && if [ -n "$JAX_EXTRA" ]; then pip install -c requirements.lock "jax[$JAX_EXTRA]"; fi \
-    && cd / && rm -rf /tmp/marin-build
+    && rm -rf build ./*.egg-info \
+    && python -m compileall -q marin_pipelines
 
 USER marin
 WORKDIR /home/marin
