@@ -1,6 +1,7 @@
 """One writer per step version: a lease beside the output, created only where none exists and renewed
 while its holder works (a heartbeat). Other runs wait for the output and reuse it; a lease whose heartbeat
-has stopped for ``ttl`` seconds (a killed process, a lost node) is taken over by exactly one of them.
+has stopped for ``ttl`` seconds (a killed process, a lost node) is taken over by exactly one of them, at once
+when the holder was a process of this host that no longer exists.
 
 The store only has to create a file where none exists: ``link`` on a file system, ``ifGenerationMatch=0``
 on Cloud Storage. Staleness is judged on the waiter's own clock (the holder's heartbeat count has not moved
@@ -140,6 +141,19 @@ def read_lease(fs: AbstractFileSystem, path: str) -> dict[str, Any] | None:
         return None
 
 
+def ended_here(owner: dict[str, Any]) -> bool:
+    """The holder ran on this host and its process is gone (killed): no need to wait out its lease."""
+    if owner.get("host") != socket.gethostname():
+        return False
+    try:
+        os.kill(int(owner["pid"]), 0)
+    except ProcessLookupError:
+        return True
+    except (PermissionError, KeyError, ValueError, TypeError):
+        return False
+    return False
+
+
 def describe(owner: dict[str, Any]) -> str:
     return ", ".join(f"{key} {value}" for key, value in owner.items()) or "unknown"
 
@@ -178,13 +192,15 @@ def hold(
         current = read_lease(fs, path)
         if current is None:  # released, or being replaced, in between: look again
             continue
-        state = (current.get("token", ""), current.get("beat", 0))
+        state, holder = (current.get("token", ""), current.get("beat", 0)), current.get("owner", {})
         if state != seen:
             if seen is None or state[0] != seen[0]:
-                say(f"waiting for the run building it ({describe(current.get('owner', {}))})")
+                say(f"waiting for the run building it ({describe(holder)})")
             seen, since = state, time.monotonic()
-        elif time.monotonic() - since > ttl and take_over(fs, path, state[0], mine):
-            say(f"took over from a run silent for {ttl:g} s ({describe(current.get('owner', {}))})")
+        silent, gone = time.monotonic() - since > ttl, ended_here(holder)
+        if (silent or gone) and take_over(fs, path, state[0], mine):
+            why = "ended without releasing it" if gone else f"silent for {ttl:g} s"
+            say(f"took over from a run {why} ({describe(holder)})")
             lease = mine
             break
         time.sleep(poll)
