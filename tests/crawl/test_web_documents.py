@@ -105,6 +105,7 @@ def test_non_capture_records_are_counted_not_yielded(shared_data):
         "files": 1,
         "records": {"request": 2, "response": 1, "revisit": 1, "warcinfo": 2},
         "errors": [],
+        "skipped": {"bytes": 0, "members": 0, "files": {}},
     }
 
 
@@ -173,15 +174,16 @@ def test_truncated_gzip_keeps_what_is_readable(tmp_path):
     assert len(decisions) == 5
 
 
-def test_garbage_between_gzip_members_stops_the_file_with_an_error(tmp_path):
+def test_garbage_between_gzip_members_is_skipped_and_counted(tmp_path):
     path = _warc(tmp_path / "g.warc.gz", _pages(4))
     data = path.read_bytes()
     cut = data.index(b"\x1f\x8b", len(data) // 2)  # start of a member in the second half
     path.write_bytes(data[:cut] + b"GARBAGE" * 100 + data[cut:])
     stats = ReadStats()
     decisions = list(read_web_documents([path], stats=stats))
-    assert 1 <= len(decisions) < 4 and all(reason is None for _, reason in decisions)
+    assert len(decisions) == 4 and all(reason is None for _, reason in decisions)  # resynchronised
     assert len(stats.errors) == 1 and stats.errors[0].startswith("g.warc.gz: ")
+    assert (stats.skipped_bytes["g.warc.gz"], stats.skipped_members["g.warc.gz"]) == (700, 0)
 
 
 def test_garbage_in_an_uncompressed_warc_is_skipped(tmp_path):
