@@ -34,4 +34,5 @@ RUN pip install -c requirements.lock -e . \
 USER marin
 WORKDIR /home/marin
 EXPOSE 3030
-CMD ["dagster", "code-server", "start", "-h", "0.0.0.0", "-p", "3030", "-m", "marin_pipelines.definitions"]
+CMD ["dagster", "code-server", "start", "-h", "0.0.0.0", "-p", "3030", "-m", "marin_pipelines.definitions", \
+     "--location-name", "marin_pipelines"]

@@ -98,10 +98,12 @@ def test_it_runs_as_a_user_with_the_charts_dagster_home(dockerfile):
 def test_the_default_command_serves_the_module_the_helm_values_name(dockerfile):
     (cmd,) = [json.loads(args) for word, args in dockerfile if word == "CMD"]  # exec form
     assert cmd[:3] == ["dagster", "code-server", "start"]
-    module = cmd[cmd.index("-m") + 1]
+    module, name = cmd[cmd.index("-m") + 1], cmd[cmd.index("--location-name") + 1]
     values = yaml.safe_load((ROOT / "deploy" / "helm" / "values.yaml").read_text())
     (deployment,) = values["dagster-user-deployments"]["deployments"]
-    assert deployment["dagsterApiGrpcArgs"] == ["-m", module]
+    assert deployment["dagsterApiGrpcArgs"] == ["-m", module, "--location-name", name]
+    dg = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["dg"]["project"]
+    assert name == dg["code_location_name"]  # else every load of the location warns that they differ
     assert str(deployment["port"]) == cmd[cmd.index("-p") + 1]
     assert importlib.util.find_spec(module) is not None
     # no ENTRYPOINT: a pod's command (python -m marin_pipelines.train ...) replaces the default whole

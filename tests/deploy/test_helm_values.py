@@ -314,7 +314,7 @@ def test_long_training_runs_are_monitored_and_retried_not_cut_short(instance, ma
 
 def test_the_code_location_serves_this_package_with_the_launcher_of_the_cluster(values, marin_env):
     (deployment,) = values["dagster-user-deployments"]["deployments"]
-    flag, module = deployment["dagsterApiGrpcArgs"]
+    flag, module, *_ = deployment["dagsterApiGrpcArgs"]
     assert flag == "-m" and importlib.util.find_spec(module) is not None
     assert deployment["includeConfigInLaunchedRuns"]["enabled"]  # runs get the location's environment
     launcher_sources = values["runLauncher"]["config"]["k8sRunLauncher"]["envConfigMaps"]
