@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import sqlalchemy
 import yaml
 from dagster import Definitions
 from dagster._config import process_config
@@ -25,6 +26,7 @@ from dagster._core.run_coordinator.queued_run_coordinator import QueuedRunCoordi
 from dagster._core.storage.dagster_run import DagsterRun
 from dagster_k8s import K8sRunLauncher
 from dagster_k8s.job import construct_dagster_k8s_job
+from dagster_postgres.utils import pg_url_from_config
 from kubernetes.client import V1ConfigMapEnvSource, V1Container, V1JobSpec, V1ResourceRequirements
 
 from marin_pipelines.defs.experiments_component import experiment_definitions
@@ -155,6 +157,8 @@ def storage(module: str, cls: str, values: dict[str, Any]) -> dict[str, Any]:
         "port": pg["service"]["port"],
         "params": pg["postgresqlParams"],
     }
+    if pg.get("postgresqlScheme"):
+        db["scheme"] = pg["postgresqlScheme"]
     return {"module": module, "class": cls, "config": {"postgres_db": db}}
 
 
@@ -291,6 +295,17 @@ def test_production_runs_on_kubernetes_with_postgres_and_gcs_logs(instance):
     }
     assert instance["compute_logs"]["class"] == "GCSComputeLogManager"
     assert instance["run_coordinator"]["class"] == "QueuedRunCoordinator"
+
+
+def test_the_storage_url_names_a_driver_the_image_has(instance):
+    """SQLAlchemy 2.1 reads a bare ``postgresql://`` as psycopg 3, which is not installed: every run pod
+    would fail to open the instance. Making the engine imports the driver; nothing connects."""
+    for section in ("run_storage", "event_log_storage", "schedule_storage"):
+        block = instance[section]
+        cls = getattr(importlib.import_module(block["module"]), block["class"])
+        config = process_config(cls.config_type(), block["config"])  # the password read from its env
+        assert config.success, config.errors
+        sqlalchemy.create_engine(pg_url_from_config(config.value)).dispose()
 
 
 def test_pools_hold_one_run_each_unless_raised_and_crawls_stay_in_order(instance):
