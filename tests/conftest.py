@@ -190,37 +190,15 @@ def gcs_root(gcs_emulator: str) -> str:
     return f"gs://{EMULATOR_BUCKET}/{uuid.uuid4().hex[:8]}"
 
 
-class PostgresServer:
-    """A running server: ``url`` of its ``postgres`` database; ``database(name)`` makes another."""
-
-    def __init__(self, url: str):
-        self.url = url
-
-    def database(self, name: str) -> str:
-        """A new, empty database; its URL (libpq's and SQLAlchemy's form: the socket as ``?host=``)."""
-        import psycopg2
-        from sqlalchemy.engine import make_url
-
-        connection = psycopg2.connect(self.url)
-        try:
-            connection.autocommit = True  # CREATE DATABASE cannot run in a transaction
-            with connection.cursor() as cursor:
-                cursor.execute(f"CREATE DATABASE {name}")
-        finally:
-            connection.close()
-        return make_url(self.url).set(database=name).render_as_string(hide_password=False)
-
-
 @pytest.fixture(scope="session")
-def postgres_server(tmp_path_factory) -> Iterator[PostgresServer]:
-    """A real Postgres server for the session, stopped and deleted at its end. pgserver's wheel (a dev
-    dependency) ships the binaries: nothing is installed or downloaded here. The server listens on a unix
-    socket in its data folder, no TCP port. As root (CI), pgserver runs it as a system user of its own
-    (``pgserver``, added with useradd the first time), since Postgres refuses to run as root."""
-    import pgserver
+def tiny_store(tmp_path_factory) -> str:
+    """A store holding the tiny pipeline (tests/tiny_pipeline.py), crawl to evaluation, materialised once per
+    session: tests that declare the same steps reuse them (by version, whatever the steps' names)."""
+    from dagster import DagsterInstance
+    from tiny_pipeline import tiny_experiment
 
-    server = pgserver.get_server(tmp_path_factory.mktemp("postgres") / "data", cleanup_mode="delete")
-    try:
-        yield PostgresServer(server.get_uri())
-    finally:
-        server.cleanup()
+    from marin_pipelines.defs.local_run import materialize_experiment
+
+    root = str(tmp_path_factory.mktemp("tiny-store"))
+    materialize_experiment(tiny_experiment(), root, DagsterInstance.ephemeral())
+    return root
