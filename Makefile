@@ -7,7 +7,7 @@ PYTHON ?= python3
 export DAGSTER_HOME := $(CURDIR)
 export WANDB_MODE ?= offline
 
-.PHONY: install demo test ui lint clean
+.PHONY: install demo test test-fast ui lint clean
 
 install: $(STAMP)
 
@@ -24,6 +24,10 @@ demo: install
 test: install
 	$(VENV)/bin/dg check defs
 	$(VENV)/bin/pytest
+
+# the unit tests only (minutes): what is marked slow (tests/conftest.py: SLOW_FIXTURES) is left out
+test-fast: install
+	$(VENV)/bin/pytest -m "not slow"
 
 ui: install
 	$(VENV)/bin/dagster dev -h 127.0.0.1 -p 3000 -w workspace.yaml

@@ -129,6 +129,20 @@ class _QuietServer(ThreadingHTTPServer):
             super().handle_error(request, client_address)
 
 
+# Fixtures that materialise a pipeline, train in processes or start a server: a test that uses one is
+# marked slow, and `make test-fast` leaves it out (`make test`, what CI runs, runs everything).
+SLOW_FIXTURES = {
+    "tiny_store", "gcs_emulator", "postgres_server", "graph", "ablation", "evaluated", "resumed",
+    "data_part", "trained", "two_processes",
+}  # fmt: skip
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture(scope="session")
 def gcs_emulator() -> Iterator[str]:
     """A local Cloud Storage server (the JSON API), as gcsfs, tensorstore and orbax reach a real bucket;

@@ -9,22 +9,15 @@ from pathlib import Path
 
 import pytest
 from dagster import DagsterInstance
+from tiny_pipeline import tiny_run, tiny_tokens
 
 from marin_pipelines.defs.local_run import materialize_experiment
 from marin_pipelines.experiment import Experiment
-from marin_pipelines.experiments.defaults import (
-    crawl_and_text,
-    quality_and_curation,
-    tokenizer_and_cache,
-    train,
-)
 from marin_pipelines.store import ArtifactStore
 from marin_pipelines.train.checkpoint import load_params
 from marin_pipelines.train.resume import params_sha256
 
-SMALL_CRAWL = {"pydoc_modules": ["json", "heapq", "bisect", "textwrap", "shlex"], "n_files": 2}
-TRAIN = {"steps": 60, "batch_size": 8, "warmup_steps": 2, "log_every": 5, "checkpoint_every": 20}
-MODEL = {"size": "nano", "seq_len": 32}
+TRAIN = {"steps": 60, "checkpoint_every": 20}  # over the tiny pipeline's run config
 
 
 def training_children(work: str) -> list[int]:
@@ -51,15 +44,13 @@ def kill_after_first_checkpoint(work: str, killed: list[int], stop: threading.Ev
 
 
 @pytest.fixture(scope="module")
-def resumed(tmp_path_factory):
-    root = str(tmp_path_factory.mktemp("store"))
+def resumed(tiny_store):
+    root = tiny_store  # the tiny pipeline's data steps are there already
     mp = pytest.MonkeyPatch()
     mp.setenv("MARIN_RETRY_DELAY_SECONDS", "0.5")
-    text = crawl_and_text("small", demo=SMALL_CRAWL)
-    quality = quality_and_curation("small", text.deduplicated_text, quality={"bucket": 10_000, "epoch": 5})
-    tokens = tokenizer_and_cache("small", quality.curated_text, tokenizer={"vocab_size": 512})
-    run = train("small/run", tokens, model=MODEL, train=TRAIN)
-    twin = train("small/twin", tokens, model=MODEL, train=TRAIN)  # the same run, never interrupted
+    tokens = tiny_tokens()
+    run = tiny_run(tokens, "resume/run", **TRAIN)
+    twin = tiny_run(tokens, "resume/twin", **TRAIN)  # the same run, never interrupted
     store = ArtifactStore(root)
     work = store.url(run.key, run.version).rsplit("/", 1)[0] + f"/.{run.version}.work"
     killed: list[int] = []
@@ -80,7 +71,7 @@ def test_a_killed_training_child_is_retried_and_resumes_from_its_checkpoint(resu
     assert killed, "the training child was never killed"
     artifact = store.get(run.key, run.version)
     assert artifact.metadata["resumed_from_step"] == 20 and artifact.metadata["steps"] == 60
-    (event,) = [m for m in result.materialized if m.asset == "small/run"]
+    (event,) = [m for m in result.materialized if m.asset == "resume/run"]
     assert event.metadata["resumed_from_step"] == 20  # shown on the asset in the UI
     assert not Path(store.url(run.key, run.version)).with_name(f".{run.version}.work").exists()
 

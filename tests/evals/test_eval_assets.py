@@ -6,18 +6,13 @@ import socket
 
 import pytest
 from dagster import DagsterInstance
+from tiny_pipeline import tiny_tokens
 
 from marin_pipelines.cli import main
 from marin_pipelines.defs.local_run import materialize_experiment
 from marin_pipelines.evals.lm_eval_tasks import SHIPPED_TASKS_DIR
 from marin_pipelines.experiment import Experiment
-from marin_pipelines.experiments.defaults import (
-    crawl_and_text,
-    evaluate,
-    quality_and_curation,
-    tokenizer_and_cache,
-    train,
-)
+from marin_pipelines.experiments.defaults import evaluate, train
 from marin_pipelines.store import ArtifactStore
 from marin_pipelines.tokenize.tokenizer import TOKENIZER_FILE, TokenizerConfig, train_tokenizer
 
@@ -25,22 +20,12 @@ NOTES = "Lists hold items in order; dictionaries map keys to values; sets hold e
 
 
 @pytest.fixture(scope="module")
-def evaluated(tmp_path_factory):
-    """The tiny pipeline through the main checkpoint's eval_results, with a held-out set of two files."""
+def evaluated(tiny_store, tmp_path_factory):
+    """The tiny pipeline's data (built already) through a checkpoint's eval_results, with a held-out set
+    of two files."""
     folder = tmp_path_factory.mktemp("evals")
     (folder / "notes.txt").write_text(NOTES)
-    text = crawl_and_text(
-        "evaltiny", demo={"pydoc_modules": ["json", "heapq", "bisect", "textwrap"], "n_files": 2}
-    )
-    quality = quality_and_curation(
-        "evaltiny",
-        text.deduplicated_text,
-        quality={"bucket": 10_000, "epoch": 5},
-        curation={"top_fraction": 0.8},  # the old Experiment's default rule
-    )
-    tokens = tokenizer_and_cache(
-        "evaltiny", quality.curated_text, tokenizer={"vocab_size": 512}, cache={"validation_fraction": 0.1}
-    )
+    tokens = tiny_tokens()
     checkpoint = train(
         "evaltiny/checkpoint",
         tokens,
@@ -59,8 +44,8 @@ def evaluated(tmp_path_factory):
     )
     experiment = Experiment("evaltiny", steps=[evaluation])
     instance = DagsterInstance.ephemeral()
-    run = materialize_experiment(experiment, str(folder / "store"), instance, through="evaltiny/eval_results")
-    store = ArtifactStore(folder / "store")
+    run = materialize_experiment(experiment, tiny_store, instance, through="evaltiny/eval_results")
+    store = ArtifactStore(tiny_store)
     artifacts = {
         step.stage.name: store.get(step.key, step.version)
         for step in (tokens.tokenizer, checkpoint, evaluation)
