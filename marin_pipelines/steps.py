@@ -39,6 +39,11 @@ class StepError(ValueError):
     """A step or an experiment that cannot be declared: the message names the step, field and place."""
 
 
+class InputError(ValueError):
+    """Inputs a step can never work on (no documents, too little text for one sequence): running it again
+    cannot help, so the orchestrator fails it at once instead of retrying."""
+
+
 @dataclass(frozen=True)
 class Check:
     """A check on a step's output; ``blocking`` ones stop what is downstream when they fail."""

@@ -33,10 +33,21 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return args.run(args)
-    # bad input (ExperimentError is a ValueError): a message, not a traceback
-    except (FileNotFoundError, ValueError) as e:
-        print(f"marin-pipelines: error: {e}", file=sys.stderr)
+    # bad input (ExperimentError is a ValueError) or a path that cannot be used: a message, not a traceback
+    except (ValueError, FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError) as e:
+        print(f"marin-pipelines: error: {error_message(e)}", file=sys.stderr)
         return 2
+
+
+def error_message(error: Exception) -> str:
+    """What the user reads: a pydantic error as its bad fields, one per line, not pydantic's dump."""
+    from pydantic import ValidationError
+
+    if isinstance(error, ValidationError):
+        from marin_pipelines.config_errors import describe
+
+        return describe(error)
+    return str(error)
 
 
 if __name__ == "__main__":

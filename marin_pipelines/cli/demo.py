@@ -60,8 +60,14 @@ def progress_to_stderr() -> Iterator[None]:
 
 
 def root_cause(error: BaseException) -> BaseException:
+    """The user's error inside Dagster's wrappers (a step's ``Failure`` raised from it: that error)."""
+    from dagster import Failure
+
     user = getattr(error, "user_exception", None)
     while user is None and error.__cause__ is not None:
         error = error.__cause__
         user = getattr(error, "user_exception", None)
-    return user or error
+    cause = user or error
+    if isinstance(cause, Failure) and cause.__cause__ is not None:
+        return cause.__cause__
+    return cause

@@ -9,8 +9,14 @@ import shutil
 import time
 import uuid
 from pathlib import Path
+from typing import TYPE_CHECKING, TypeVar
 
 from marin_pipelines.cpu_limit import available_cpus
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+T = TypeVar("T", bound="BaseModel")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -35,19 +41,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run_tokenize(args: argparse.Namespace) -> int:
     from marin_pipelines.tokenize.text_sources import read_chunk, text_chunks
     from marin_pipelines.tokenize.tokenized_cache import CacheConfig, build_cache
-    from marin_pipelines.tokenize.tokenizer import TokenizerConfig, load_tokenizer, train_tokenizer
+    from marin_pipelines.tokenize.tokenizer import NoText, TokenizerConfig, load_tokenizer, train_tokenizer
 
     started = time.time()
     out = Path(args.out)
     if out.exists():
         raise ValueError(f"--out {out} already exists; a cache is written to a new folder")
-    config = CacheConfig(validation_fraction=args.validation_fraction, seed=args.seed)
+    config = flags_config(CacheConfig, validation_fraction=args.validation_fraction, seed=args.seed)
     if args.tokenizer:
         tokenizer = load_tokenizer(args.tokenizer)
     else:
         sizes = {} if args.vocab_size is None else {"vocab_size": args.vocab_size}
+        tokenizer_config = flags_config(TokenizerConfig, **sizes)
         texts = (text for chunk in text_chunks(args.input) for _, text in read_chunk(chunk))
-        tokenizer = train_tokenizer(texts, TokenizerConfig(**sizes))
+        try:
+            tokenizer = train_tokenizer(texts, tokenizer_config)
+        except NoText as e:
+            raise ValueError(f"--input {' '.join(args.input)}: {e}") from None
     # built beside --out and renamed into place; finished chunks wait in the work folder after a kill
     tmp = out.with_name(f".{out.name}.tmp-{uuid.uuid4().hex[:8]}")
     tmp.mkdir(parents=True)
@@ -71,3 +81,19 @@ def run_tokenize(args: argparse.Namespace) -> int:
     }
     print(json.dumps(summary))
     return 0
+
+
+def flags_config(model: type[T], **fields: object) -> T:
+    """``model`` from command-line values; a bad one is an error naming its flag and what is allowed."""
+    from pydantic import ValidationError
+
+    from marin_pipelines.config_errors import field_problems
+
+    try:
+        return model(**fields)
+    except ValidationError as e:
+        flags = []
+        for problem in field_problems(e):
+            name, rest = problem.split(":", 1)
+            flags.append(f"--{name.replace('_', '-')}:{rest}")
+        raise ValueError("; ".join(flags)) from None

@@ -36,7 +36,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--out", required=True, help="checkpoint directory, a folder or a gs:// URL (resumed if present)"
     )
-    parser.add_argument("--steps", type=int, help="override train.steps")
+    parser.add_argument("--steps", type=positive_int, help="override train.steps")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.add_argument(
         "--num-processes",
@@ -79,7 +79,9 @@ def run_train(args: argparse.Namespace) -> int:
 
     initialize()  # before JAX touches a device: the other processes' devices join the mesh
     from dagster_pipes import DAGSTER_PIPES_CONTEXT_ENV_VAR
+    from pydantic import ValidationError
 
+    from marin_pipelines.config_errors import describe
     from marin_pipelines.store import local_copy, read_url, write_url
     from marin_pipelines.tokenize.data_mixture import MixtureLoader
     from marin_pipelines.tokenize.tokenized_cache import TokenCache
@@ -91,7 +93,10 @@ def run_train(args: argparse.Namespace) -> int:
     run = load_run_config(args.config)
     if args.steps is not None:
         run = run.model_copy(update={"train": run.train.model_copy(update={"steps": args.steps})})
-        run = type(run).model_validate(run.model_dump())  # re-check steps against warmup_steps
+        try:  # re-check steps against warmup_steps
+            run = type(run).model_validate(run.model_dump())
+        except ValidationError as e:
+            raise ValueError(f"--steps {args.steps} with {args.config}: {describe(e, title='run')}") from None
     data = local_copy(args.data)  # the batches read a few windows per step: from local disk
     model = run.llama(TokenCache(data).info["vocab_size"])
     primary = is_primary()

@@ -24,7 +24,11 @@ from upath import UPath
 from marin_pipelines.crawl.web_documents import crawl_path, find_warc_files, is_warc_file
 
 DEMO_SNAPSHOT = "demo"  # the one snapshot of the embedded demo crawl
-SNAPSHOT_KEY = re.compile(r"[A-Za-z0-9][\w.-]*")
+# A snapshot key is a Dagster partition key and a folder of the store: letters (any script), digits, '.', '_'
+# and '-', starting with a letter or digit. No spaces, ',' or '|' (a backfill's key lists and multi-partition
+# keys use them) and no '...' (the UI's key ranges: `a...b`).
+SNAPSHOT_KEY = re.compile(r"[^\W_](?:[\w-]|\.(?!\.\.))*")
+SNAPSHOT_RULE = "letters, digits, '.', '_' and '-' (starting with a letter or digit; no spaces, no '...')"
 
 
 def crawl_snapshots(warc_root: str | os.PathLike[str] | None) -> list[str]:
@@ -50,7 +54,10 @@ def crawl_snapshots(warc_root: str | os.PathLike[str] | None) -> list[str]:
             "move the files into a snapshot folder"
         )
     if bad := [name for name in folders if not SNAPSHOT_KEY.fullmatch(name)]:
-        raise ValueError(f"snapshot folder names may use letters, digits, '.', '_' and '-' only: {bad}")
+        raise ValueError(
+            f"crawl root {root}: snapshot folders {bad} cannot be snapshot keys (Dagster partition keys): "
+            f"rename them to use {SNAPSHOT_RULE} only"
+        )
     return folders
 
 

@@ -74,16 +74,18 @@ class WebDocumentsConfig(BaseModel):
 @dataclass
 class ReadStats:
     """What the reader saw besides documents: records per type, the places it could not read, and what
-    it skipped there to read on (bytes, and gzip members, per file name)."""
+    it skipped there to read on (bytes, and gzip members, per file name); files of 0 bytes, if any."""
 
     files: int = 0
     records: Counter[str] = field(default_factory=Counter)
     errors: list[str] = field(default_factory=list)
     skipped_bytes: Counter[str] = field(default_factory=Counter)
     skipped_members: Counter[str] = field(default_factory=Counter)
+    empty_files: list[str] = field(default_factory=list)  # 0 bytes: no records
 
     def add(self, other: ReadStats) -> None:
         self.files += other.files
+        self.empty_files += other.empty_files
         self.records.update(other.records)
         self.errors += other.errors
         self.skipped_bytes.update(other.skipped_bytes)
@@ -108,6 +110,7 @@ class ReadStats:
                     for name in files
                 },
             },
+            **({"empty_files": list(self.empty_files)} if self.empty_files else {}),
         }
 
 
@@ -201,6 +204,9 @@ def read_web_documents(
     stats = stats if stats is not None else ReadStats()
     for path in _expand(warc_paths):
         stats.files += 1
+        if path.stat().st_size == 0:  # nothing to read, nothing damaged: counted apart from the errors
+            stats.empty_files.append(path.name)
+            continue
         reader = _arc_captures if _is_arc(path) else _warc_captures
         for capture in reader(path, config, stats):
             yield _decide(capture, path.name, config)

@@ -23,6 +23,7 @@ from dagster import (
     AutomationCondition,
     Backoff,
     DynamicPartitionsDefinition,
+    Failure,
     Jitter,
     MetadataValue,
     MultiPartitionsDefinition,
@@ -38,7 +39,7 @@ from marin_pipelines.execution_record import write_record
 from marin_pipelines.experiment import Experiment
 from marin_pipelines.resources.launcher import LauncherResource
 from marin_pipelines.resources.store import VERSION_KEY
-from marin_pipelines.steps import Step, StepContext, build_step
+from marin_pipelines.steps import InputError, Step, StepContext, build_step
 from marin_pipelines.store import Artifact
 
 log = logging.getLogger(__name__)
@@ -165,7 +166,10 @@ def step_asset(
         ctx = StepContext(
             step, store, partition, resources, say, made_by={"dagster_run_id": context.run.run_id}
         )
-        artifact = build_step(ctx, inputs)
+        try:
+            artifact = build_step(ctx, inputs)
+        except InputError as e:  # no retry can help (the retry policy is for preempted pods)
+            raise Failure(description=str(e), allow_retries=False) from e
         reused = artifact.manifest["made_by"] != ctx.made_by  # made earlier, or by another run meanwhile
         yield Output(artifact, metadata=dagster_metadata(artifact, reused))
         for name, check in stage.checks.items():

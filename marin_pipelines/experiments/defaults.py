@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from marin_pipelines.config_errors import describe
 from marin_pipelines.scaling.scaling_law import LadderConfig
 from marin_pipelines.stages import crawl as crawl_stages
 from marin_pipelines.stages import evals as eval_stages
@@ -47,13 +48,28 @@ def validated(cls: type[BaseModel], fields: Fields, where: str) -> Any:
         return fields
     if isinstance(fields, BaseModel):
         fields = fields.model_dump()
+    if fields is not None and not isinstance(fields, dict):
+        raise StepError(
+            f"{where}: config must be a dict of {cls.__name__} fields, not {type(fields).__name__}"
+        )
     try:
         return cls(**(fields or {}))
     except ValidationError as e:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or '(config)'}: {err['msg']}" for err in e.errors()
-        )
-        raise StepError(f"{where}: invalid {cls.__name__}: {problems}") from None
+        raise StepError(f"{where}: {describe(e, cls)}") from None
+
+
+def all_valid(prefix: str, configs: dict[str, tuple[Stage, Fields]]) -> None:
+    """The configs of the steps one helper declares (by stage name), checked before any of them is made:
+    every bad field of every step is reported at once, not only the first step's."""
+    where = declared_at()
+    problems = []
+    for name, (stage, fields) in configs.items():
+        try:
+            validated(stage.config, fields, f"step {f'{prefix}/{name}'!r} ({where})")
+        except StepError as e:
+            problems.append(str(e))
+    if problems:
+        raise StepError("\n".join(problems))
 
 
 @dataclass(frozen=True)
@@ -82,7 +98,15 @@ def crawl_and_text(
 ) -> TextSteps:
     """WARC files (``warc_root``, or the embedded demo crawl) -> documents -> text -> filtered -> dedup,
     one partition per crawl snapshot."""
-    crawl = step(f"{prefix}/crawl", crawl_stages.crawl, {"warc_root": warc_root, **_fields(demo, "demo")}, {})
+    crawl_config = {"warc_root": warc_root, **_fields(demo, "demo")}
+    all_valid(
+        prefix,
+        {
+            "crawl": (crawl_stages.crawl, crawl_config),
+            **_text_configs(web_documents, extract, filters, dedup),
+        },
+    )
+    crawl = step(f"{prefix}/crawl", crawl_stages.crawl, crawl_config, {})
     return _text_after(prefix, crawl, web_documents, extract, filters, dedup)
 
 
@@ -97,10 +121,22 @@ def listed_files_and_text(
     dedup: Fields = None,
 ) -> TextSteps:
     """The same chain over WARC files named one by one, as one snapshot."""
+    all_valid(prefix, _text_configs(web_documents, extract, filters, dedup))
     crawl = step(
         f"{prefix}/crawl", crawl_stages.listed_warc_files, {"files": files, "snapshot": snapshot}, {}
     )
     return _text_after(prefix, crawl, web_documents, extract, filters, dedup)
+
+
+def _text_configs(
+    web_documents: Fields, extract: Fields, filters: Fields, dedup: Fields
+) -> dict[str, tuple[Stage, Fields]]:
+    return {
+        "web_documents": (crawl_stages.web_documents, web_documents),
+        "extracted_text": (text_stages.extracted_text, extract),
+        "filtered_text": (text_stages.filtered_text, filters),
+        "deduplicated_text": (text_stages.deduplicated_text, dedup),
+    }
 
 
 def _text_after(
@@ -133,6 +169,12 @@ def quality_and_curation(
 ) -> QualitySteps:
     """A fastText classifier scores every document (trained on reference texts vs the crawl, or on Datashop
     labels when ``datashop`` is given), and the best are kept. ``scores`` reuses another step's scores."""
+    configs = {"curated_text": (quality_stages.curated_text, curation or {"top_fraction": 0.8})}
+    if scores is None:
+        configs["quality_scores"] = (quality_stages.quality_scores, quality)
+    if datashop is not None:
+        configs["quality_labels"] = (quality_stages.quality_labels, datashop)
+    all_valid(prefix, configs)
     labels = None
     if datashop is not None:
         labels = step(
@@ -167,6 +209,10 @@ def tokenizer_and_cache(
     prefix: str, curated_text: Step, *, tokenizer: Fields | Step = None, cache: Fields = None
 ) -> TokenSteps:
     """BPE trained on the text (or an existing tokenizer step, shared), and the tokenized cache."""
+    configs = {"tokenized_cache": (token_stages.tokenized_cache, cache)}
+    if not isinstance(tokenizer, Step):
+        configs["tokenizer"] = (token_stages.tokenizer, tokenizer)
+    all_valid(prefix, configs)
     if not isinstance(tokenizer, Step):
         tokenizer = step(
             f"{prefix}/tokenizer", token_stages.tokenizer, tokenizer, {"curated_text": curated_text}
@@ -184,6 +230,7 @@ def train(
     name: str, tokens: TokenSteps, *, model: Fields = None, train: Fields = None, data_mixture: Fields = None
 ) -> Step:
     """A model trained on the tokens (a mixture source without ``cache`` is these tokens)."""
+    _expect(tokens, TokenSteps, "tokens", name)
     config = {"model": _fields(model), "train": _fields(train), "data_mixture": _fields(data_mixture)}
     return step(name, train_stages.checkpoint, _drop_none(config), {"tokenized_cache": tokens.cache})
 
@@ -199,6 +246,11 @@ def evaluate(
     """The checkpoint's loss and bits-per-byte on its training data's validation split, on the validation
     splits of ``also`` (caches every variant of an ablation is measured on) and held-out sets, and lm-eval
     tasks."""
+    _expect(checkpoint, Step, "checkpoint", name)
+    if "tokenized_cache" not in checkpoint.inputs:
+        raise StepError(
+            f"step {name!r} ({declared_at()}): checkpoint must be a training step, not {checkpoint.name}"
+        )
     cache = checkpoint.inputs["tokenized_cache"]
     stage = (
         eval_stages.ladder_eval_results if checkpoint.partitioning == "ladder" else eval_stages.eval_results
@@ -231,6 +283,7 @@ def scaling_ladder(
     batch_size: int = 16,
 ) -> Ladder:
     """Sizes x budgets trained by the ladder's rule, one partition each, and their evaluations."""
+    _expect(tokens, TokenSteps, "tokens", f"{prefix}/ladder_checkpoint")
     config = {
         "ladder": _fields(ladder),
         "seq_len": seq_len,
@@ -267,6 +320,7 @@ def preregistered_target(
     """A run of ``model`` at the ladder's ``target_budget`` by the ladder's rule, its loss predicted from the
     ladder first: the checkpoint runs after the prediction (an edge in the graph), which never sees it."""
     where = f"step {prefix + '/checkpoint'!r} ({declared_at()})"
+    _expect(ladder, Ladder, "ladder", f"{prefix}/checkpoint")
     if ladder.config.target_budget is None:
         raise StepError(f"{where}: the ladder has no target_budget to preregister a run for")
     runs = ladder.checkpoints
@@ -299,6 +353,7 @@ def preregistered_target(
 
 def speedrun(name: str, tokens: TokenSteps, submissions: list[str], eval_batch_size: int = 16) -> Step:
     """The chosen speedrun submissions, trained at their budgets on the tokens and ranked."""
+    _expect(tokens, TokenSteps, "tokens", name)
     config = {"submissions": submissions, "eval_batch_size": eval_batch_size}
     return step(
         name,
@@ -350,3 +405,12 @@ def _fields(value: Fields, key: str | None = None) -> Any:
 
 def _drop_none(fields: dict[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in fields.items() if value is not None}
+
+
+def _expect(value: Any, kind: type, what: str, name: str) -> None:
+    """An input of a helper that is not what it takes (a missing one is None): the error names the step."""
+    if not isinstance(value, kind):
+        raise StepError(
+            f"step {name!r} ({declared_at()}): {what} must be a {kind.__name__} (as the helpers return), "
+            f"not {type(value).__name__}"
+        )

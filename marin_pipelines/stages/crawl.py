@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import platform
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -21,9 +22,9 @@ from marin_pipelines.crawl.web_documents import (
     find_warc_files,
     write_web_documents,
 )
-from marin_pipelines.documents import Document, funnel_conserved, read_documents
-from marin_pipelines.steps import Check, StepContext, stage
-from marin_pipelines.store import Artifact, PendingArtifact
+from marin_pipelines.documents import Document, Funnel, funnel_conserved, read_documents
+from marin_pipelines.steps import Check, InputError, Step, StepContext, stage, topological
+from marin_pipelines.store import Artifact, ArtifactStore, PendingArtifact
 
 Snapshots = dict[str, Artifact]  # an upstream's output for every crawl snapshot, by snapshot key
 FUNNEL = {"funnel": Check(funnel_conserved)}
@@ -151,3 +152,46 @@ def snapshot_documents(
         )
     for snapshot in expected:
         yield from read_documents(artifacts[snapshot].path, columns=columns)
+
+
+class NoDocuments(InputError):
+    """A step found no document to work on: the message says which upstream step removed them, and why."""
+
+
+def no_documents(ctx: StepContext, doing: str) -> NoDocuments:
+    """The error of a step that has no document to ``doing`` (e.g. "train a tokenizer on")."""
+    why = where_documents_ran_out(ctx.store, ctx.step.inputs.values())
+    return NoDocuments(f"{ctx.step.name} has no documents to {doing}: {why}")
+
+
+def where_documents_ran_out(store: ArtifactStore, steps: Iterable[Step]) -> str:
+    """The first step of ``steps`` and their upstreams (from the crawl on) whose funnel kept no document,
+    over all its snapshots, with its reasons; a crawl without HTML captures says what records its WARC
+    files hold instead."""
+    for step in topological(steps):
+        partitions: list[str | None] = list(step.partition_keys()) if step.partitioning else [None]
+        artifacts = [store.get(step.key, step.version, p) for p in partitions]
+        outputs = [a.metadata for a in artifacts if a is not None and "funnel" in a.metadata]
+        if not outputs:
+            continue
+        funnel = sum((Funnel.from_dict(m["funnel"]) for m in outputs), Funnel())
+        if funnel.docs_out:
+            continue
+        where = f" [{', '.join(map(str, partitions))}]" if step.partitioning else ""
+        if funnel.docs_in:
+            reasons = ", ".join(f"{reason}: {n}" for reason, n in funnel.removed.most_common())
+            return f"{step.name}{where} removed all {funnel.docs_in} documents ({reasons})"
+        if "records" not in outputs[0]:
+            return f"{step.name}{where} received no documents"
+        records: Counter[str] = Counter()
+        problems: list[str] = []
+        empty: list[str] = []
+        for metadata in outputs:
+            records.update(metadata["records"].get("records", {}))
+            problems += metadata["records"].get("errors", [])
+            empty += metadata["records"].get("empty_files", [])
+        seen = ", ".join(f"{kind}: {n}" for kind, n in records.most_common()) or "none"
+        seen += f"; empty files (0 bytes): {', '.join(empty[:5])}" if empty else ""
+        seen += f"; could not read: {'; '.join(problems[:3])}" if problems else ""
+        return f"{step.name}{where} found no HTML captures in the WARC files (records: {seen})"
+    return "no upstream step's funnel says where they went"

@@ -27,7 +27,7 @@ from marin_pipelines.quality.quality_scores import (
     score_documents,
     train_quality_classifier,
 )
-from marin_pipelines.stages.crawl import FUNNEL, Snapshots, snapshot_documents
+from marin_pipelines.stages.crawl import FUNNEL, Snapshots, no_documents, snapshot_documents
 from marin_pipelines.steps import StepContext, stage
 from marin_pipelines.store import Artifact, PendingArtifact
 
@@ -49,6 +49,8 @@ def quality_labels(
     classifier's positives."""
     labeller = ctx.resources["annotator"].annotator(config)
     rows, result = label_sample(snapshot_documents(ctx, deduplicated_text), config, labeller)
+    if not rows:
+        raise no_documents(ctx, "label")
     schema = pa.schema(
         [("id", pa.string()), ("url", pa.string()), ("text", pa.string()), ("label", pa.int64())]
     )
@@ -82,6 +84,8 @@ def quality_scores(
     if quality_labels is None:
         positives = load_reference_texts(config.reference)
         negatives = [doc["text"] for doc in snapshot_documents(ctx, deduplicated_text, ["text"])]
+        if not negatives:
+            raise no_documents(ctx, "score")
     else:
         rows = pq.read_table(quality_labels.file(LABELS)).to_pylist()
         scale = DatashopConfig.model_validate(quality_labels.manifest["config"]).scale  # what labelled it

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from marin_pipelines.documents import read_documents
+from marin_pipelines.stages.crawl import NoDocuments, no_documents
 from marin_pipelines.steps import StepContext, pending_work_dir, stage
 from marin_pipelines.store import Artifact, PendingArtifact
 from marin_pipelines.tokenize.tokenized_cache import CacheConfig, build_cache
 from marin_pipelines.tokenize.tokenizer import (
     TOKENIZER_FILE,
+    NoText,
     TokenizerConfig,
     load_tokenizer,
     train_tokenizer,
@@ -19,8 +21,13 @@ def tokenizer(
     ctx: StepContext, out: PendingArtifact, config: TokenizerConfig, curated_text: Artifact
 ) -> None:
     """Byte-level BPE trained with HF tokenizers on the curated text."""
+    if kept(curated_text) == 0:
+        raise no_documents(ctx, "train a tokenizer on")
     texts = (doc["text"] for doc in read_documents(curated_text.path, columns=["text"]))
-    trained = train_tokenizer(texts, config)
+    try:
+        trained = train_tokenizer(texts, config)
+    except NoText as e:
+        raise NoDocuments(f"{ctx.step.name}: {e} in {curated_text.url}") from None
     trained.save(str(out.path / TOKENIZER_FILE))
     out.metadata["vocab_size"] = trained.get_vocab_size()
 
@@ -31,6 +38,8 @@ def tokenized_cache(
     ctx: StepContext, out: PendingArtifact, config: CacheConfig, curated_text: Artifact, tokenizer: Artifact
 ) -> None:
     """Train / validation token shards (split by document hash) with O(1) random access."""
+    if kept(curated_text) == 0:
+        raise no_documents(ctx, "tokenize")
     # finished chunks survive a killed run here, beside the artifact, keyed by its version
     work_dir = pending_work_dir(out)
     tok = load_tokenizer(tokenizer.path)
@@ -42,3 +51,8 @@ def tokenized_cache(
             {f"{split}_{name}": counts[name] for name in ("documents", "tokens", "text_bytes")}
         )
         out.metadata[f"{split}_shards"] = len(counts["shards"])
+
+
+def kept(documents: Artifact) -> int | None:
+    """The documents a document stage's output holds, from its funnel (None: it has none)."""
+    return documents.metadata.get("funnel", {}).get("docs_out")

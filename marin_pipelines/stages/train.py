@@ -11,12 +11,13 @@ import json
 import math
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from marin_pipelines.scaling.scaling_law import LadderConfig, budget_key
-from marin_pipelines.steps import Check, Launcher, StepContext, stage
+from marin_pipelines.steps import Check, InputError, Launcher, StepContext, stage
 from marin_pipelines.store import Artifact, PendingArtifact, read_url
-from marin_pipelines.tokenize.data_mixture import MixtureConfig
+from marin_pipelines.tokenize.data_mixture import MixtureConfig, batch_counts
+from marin_pipelines.tokenize.tokenized_cache import TokenCache
 from marin_pipelines.train.checkpoint import LOSS_CURVE_FILE, TRAIN_FILE, TrainConfig
 from marin_pipelines.train.model import MODEL_SIZES, LlamaConfig, preset
 from marin_pipelines.train.run_config import RunConfig
@@ -55,6 +56,13 @@ class TrainRunConfig(BaseModel):
     )
     target: dict[str, Any] | None = None
 
+    @model_validator(mode="after")
+    def _every_source_in_every_batch(self) -> TrainRunConfig:
+        if self.target is None:  # a target's batch size comes from the ladder's rule, checked when it runs
+            weights = {name: source.weight for name, source in self.data_mixture.sources.items()}
+            batch_counts(weights, self.train.batch_size)
+        return self
+
     def resolve(self, vocab_size: int) -> tuple[LlamaConfig, TrainConfig]:
         """The model and training of the run, for the cache's vocabulary."""
         size, seq_len = self.model.size, self.model.seq_len
@@ -83,6 +91,31 @@ def loss_finite_and_falling(artifact: Artifact) -> tuple[bool, dict[str, Any]]:
 
 
 LOSS_CHECK = {"loss_finite_and_falling": Check(loss_finite_and_falling)}
+
+
+def check_trainable(cache: Artifact, mixture: MixtureConfig, model: LlamaConfig, train: TrainConfig) -> None:
+    """Before a run is launched: every source of its mixture is a token cache with at least one sequence
+    of training tokens and gets rows of every batch. Otherwise an error naming the source and the cache,
+    here, rather than from inside the launched process."""
+    try:
+        batch_counts({name: source.weight for name, source in mixture.sources.items()}, train.batch_size)
+    except ValueError as e:
+        raise InputError(str(e)) from None
+    need = model.seq_len + 1
+    for name, source in mixture.sources.items():
+        if source.cache is None:
+            url, tokens = cache.url, cache.metadata.get("train_tokens")
+        else:
+            url = source.cache
+            try:
+                tokens = len(TokenCache(url).train)
+            except FileNotFoundError as e:
+                raise InputError(f"data_mixture.sources.{name}.cache: {e}") from None
+        if tokens is not None and tokens < need:
+            raise InputError(
+                f"data_mixture source {name!r}: the train split of {url} has {tokens} tokens, fewer than one "
+                f"sequence of seq_len + 1 = {need}; lower the model's seq_len or give it more text"
+            )
 
 
 def launch_training(
@@ -123,6 +156,7 @@ def checkpoint(
 ) -> None:
     """A Llama-style model trained with JAX / Flax NNX / Optax on the tokenized cache."""
     model, train = config.resolve(tokenized_cache.metadata["vocab_size"])
+    check_trainable(tokenized_cache, config.data_mixture, model, train)
     run_training(out, tokenized_cache, ctx.launcher, config.data_mixture, model, train)
 
 
@@ -149,5 +183,6 @@ def ladder_checkpoint(
     budget = {budget_key(b): b for b in config.ladder.budgets}[budget_name]
     vocab_size = tokenized_cache.metadata["vocab_size"]
     run = config.ladder.run(size, budget, vocab_size, config.seq_len, config.train)
+    check_trainable(tokenized_cache, config.data_mixture, run.model, run.train)
     run_training(out, tokenized_cache, ctx.launcher, config.data_mixture, run.model, run.train)
     out.metadata["budget_flops"] = budget

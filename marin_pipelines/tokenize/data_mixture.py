@@ -75,12 +75,17 @@ class MixtureLoader:
         self.caches = caches
         self.seq_len, self.batch_size = seq_len, batch_size
         self.counts = batch_counts(weights, batch_size)
-        self.loaders = {
-            name: SequenceLoader(
-                cache.train, seq_len, self.counts[name], xxhash.xxh64_intdigest(f"{seed}:{name}".encode())
-            )
-            for name, cache in caches.items()
-        }
+        self.loaders = {}
+        for name, cache in caches.items():
+            try:
+                self.loaders[name] = SequenceLoader(
+                    cache.train, seq_len, self.counts[name], xxhash.xxh64_intdigest(f"{seed}:{name}".encode())
+                )
+            except ValueError as e:
+                raise ValueError(
+                    f"data source {name!r} (token cache {cache.url}), train split: {e}; "
+                    "lower the model's seq_len or give it more text"
+                ) from None
 
     @classmethod
     def from_config(

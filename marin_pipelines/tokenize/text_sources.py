@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import fsspec
+import pyarrow as pa
 import pyarrow.parquet as pq
 import xxhash
 
@@ -64,7 +65,10 @@ def text_chunks(paths: list[str]) -> list[TextChunk]:
         kind = url.rsplit(".", 1)[1]
         if kind == "parquet":
             with fsspec.open(url, "rb") as f:
-                groups = pq.ParquetFile(f).metadata.num_row_groups
+                try:
+                    groups = pq.ParquetFile(f).metadata.num_row_groups
+                except pa.ArrowException as e:
+                    raise ValueError(f"{url}: not a readable parquet file ({e})") from None
             chunks += [TextChunk(url, kind, part=g) for g in range(groups)]
         elif kind == "jsonl":
             fs, path = fsspec.core.url_to_fs(url)
@@ -79,7 +83,19 @@ def text_chunks(paths: list[str]) -> list[TextChunk]:
 
 
 def read_chunk(chunk: TextChunk) -> Iterator[tuple[str, str]]:
-    """``(id, text)`` of each document in the chunk; a record without a string ``text`` is an error."""
+    """``(id, text)`` of each document in the chunk; a record without a string ``text``, a line that is
+    not JSON, text that is not UTF-8 or a file that is not parquet is an error naming the file."""
+    try:
+        yield from _read_chunk(chunk)
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{chunk.url}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{chunk.url}: a line that is not JSON ({e.msg}: {e.doc[:80]!r})") from None
+    except pa.ArrowException as e:
+        raise ValueError(f"{chunk.url}: not a readable parquet file ({e})") from None
+
+
+def _read_chunk(chunk: TextChunk) -> Iterator[tuple[str, str]]:
     with fsspec.open(chunk.url, "rb") as f:
         if chunk.kind == "txt":
             text = f.read().decode("utf-8")
@@ -101,6 +117,8 @@ def read_chunk(chunk: TextChunk) -> Iterator[tuple[str, str]]:
             while f.tell() < chunk.stop and (line := f.readline()):
                 if line.strip():
                     record = json.loads(line)
+                    if not isinstance(record, dict):
+                        raise ValueError(f"{chunk.url}: a line is {type(record).__name__}, not a JSON object")
                     yield _checked(record.get("id"), record.get("text"), chunk)
 
 

@@ -32,8 +32,23 @@ class TokenizerConfig(BaseModel):
     min_frequency: int = Field(2, ge=1, description="a pair seen fewer times is never merged")
 
 
+class NoText(ValueError):
+    """Nothing to train a tokenizer on: no documents, or only empty ones."""
+
+
 def train_tokenizer(texts: Iterable[str], config: TokenizerConfig) -> Tokenizer:
-    """Train byte-level BPE on ``texts``; EOS gets id 0 and all 256 bytes are in the vocabulary."""
+    """Train byte-level BPE on ``texts``; EOS gets id 0 and all 256 bytes are in the vocabulary.
+
+    Raises ``NoText`` when ``texts`` holds no character to learn from (a BPE of bytes alone would be a
+    tokenizer nobody asked for)."""
+    seen = {"documents": 0, "chars": 0}
+
+    def counted(texts: Iterable[str]) -> Iterable[str]:
+        for text in texts:
+            seen["documents"] += 1
+            seen["chars"] += len(text)
+            yield text
+
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
@@ -44,7 +59,9 @@ def train_tokenizer(texts: Iterable[str], config: TokenizerConfig) -> Tokenizer:
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tokenizer.train_from_iterator(texts, trainer=trainer)
+    tokenizer.train_from_iterator(counted(texts), trainer=trainer)
+    if not seen["chars"]:
+        raise NoText(f"no text to train the tokenizer on ({seen['documents']} documents, all empty or none)")
     tokenizer.encode_special_tokens = True
     return tokenizer
 
@@ -55,7 +72,10 @@ def load_tokenizer(path: str | os.PathLike[str]) -> Tokenizer:
     file = path / TOKENIZER_FILE if path.is_dir() else path
     if not file.is_file():
         raise FileNotFoundError(f"tokenizer file not found: {file}")
-    tokenizer = Tokenizer.from_file(str(file))
+    try:
+        tokenizer = Tokenizer.from_file(str(file))
+    except Exception as e:  # HF tokenizers raises a bare Exception for JSON it cannot read
+        raise ValueError(f"{file} is not a tokenizer.json that HF tokenizers can read: {e}") from None
     if tokenizer.token_to_id(EOS) is None:
         raise ValueError(f"{file} has no {EOS!r} token, which ends every document; add it as a special token")
     tokenizer.encode_special_tokens = True

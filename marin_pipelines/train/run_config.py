@@ -12,6 +12,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from marin_pipelines.config_errors import describe, field_problems
 from marin_pipelines.store import read_url, write_url
 from marin_pipelines.tokenize.data_mixture import MixtureConfig
 from marin_pipelines.train.checkpoint import TrainConfig
@@ -38,7 +39,10 @@ class RunConfig(BaseModel):
             raise ValueError(
                 f"model.vocab_size ({spec['vocab_size']}) is below the data's vocab ({vocab_size})"
             )
-        return LlamaConfig(**{**(MODEL_SIZES[size] if size else {}), **spec})
+        try:
+            return LlamaConfig(**{**(MODEL_SIZES[size] if size else {}), **spec})
+        except ValidationError as e:
+            raise ValueError(describe(e, LlamaConfig, "model", ("model",))) from None
 
     def dump(self, path: str | Path) -> None:
         """Write the YAML to a local path or a URL (``gs://``: beside a run's checkpoints)."""
@@ -52,7 +56,47 @@ def load_run_config(path: str | Path) -> RunConfig:
     except FileNotFoundError:
         raise FileNotFoundError(f"no such config file: {path}") from None
     try:
-        return RunConfig.model_validate(yaml.safe_load(text) or {})
+        data = yaml.safe_load(text) or {}
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(e, "problem", None) or e
+        raise ValueError(f"training config {path} is not valid YAML{where}: {problem}") from None
+    problems = model_problems(data.get("model")) if isinstance(data, dict) else []
+    try:
+        run = RunConfig.model_validate(data)
     except ValidationError as e:
-        problems = "; ".join(f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in e.errors())
-        raise ValueError(f"invalid training config {path}: {problems}") from None
+        problems += field_problems(e, RunConfig)
+    if problems:
+        listed = f" {problems[0]}" if len(problems) == 1 else "\n" + "\n".join(f"  {p}" for p in problems)
+        raise ValueError(f"invalid training config {path}:{listed}")
+    return run
+
+
+def model_problems(spec: Any) -> list[str]:
+    """What is wrong with a config's ``model`` (a size and overrides, or a whole shape), checked before any
+    data is read: an unknown size, an unknown field, a bad value. Its vocab_size may come from the data."""
+    if not isinstance(spec, dict):
+        return []  # RunConfig's own validation says what model must be
+    spec = dict(spec)
+    size = spec.pop("size", None)
+    problems = []
+    if size is not None and size not in MODEL_SIZES:
+        problems.append(f"model.size: unknown model size {size!r}; choose one of {sorted(MODEL_SIZES)}")
+    known = ["size", *LlamaConfig.model_fields]
+    problems += [
+        f"model.{name}: unknown field; allowed: {', '.join(known)}" for name in spec if name not in known
+    ]
+    shape = {name: value for name, value in spec.items() if name in known}
+    preset = MODEL_SIZES.get(size, MODEL_SIZES["nano"]) if size is not None else {}
+    try:  # an unknown size: the given fields over a stand-in shape, whose own errors are not reported
+        LlamaConfig(**{"vocab_size": 1, **preset, **shape})
+    except ValidationError as e:
+        if size is None or size in MODEL_SIZES:
+            problems += field_problems(e, LlamaConfig, ("model",))
+        else:
+            given = [err for err in e.errors() if err["loc"] and err["loc"][0] in shape]
+            problems += field_problems(
+                ValidationError.from_exception_data(e.title, given), LlamaConfig, ("model",)
+            )
+    return problems

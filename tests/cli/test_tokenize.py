@@ -87,6 +87,6 @@ def test_errors(inputs: list[str], tmp_path: Path, capsys: pytest.CaptureFixture
     code, _, err = run(
         capsys, "--input", *inputs, "--out", str(tmp_path / "c"), "--validation-fraction", "0.9"
     )
-    assert code == 2 and "validation_fraction" in err
+    assert code == 2 and "--validation-fraction" in err and "0.5" in err
     with pytest.raises(SystemExit):
         main(["tokenize", "--input", *inputs, "--out", "x", "--tokenizer", "t.json", "--vocab-size", "300"])
