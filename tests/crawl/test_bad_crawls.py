@@ -129,17 +129,16 @@ def test_50_mb_records_among_pages_are_counted_too_large_in_bounded_memory(tmp_p
         ],
     )
     script = f"""
-import json, resource, time
+import json, resource
 from marin_pipelines.cli.process_crawl import process_crawl
-started = time.time()
 funnels = process_crawl([{str(warc)!r}], {str(tmp_path / "out")!r}, workers=1)
-print(json.dumps({{"funnels": funnels, "seconds": time.time() - started,
+print(json.dumps({{"funnels": funnels,
                   "max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}}))
 """
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["funnels"]["web_documents"] == {"docs_in": 8, "docs_out": 6, "removed": {"too_large": 2}}
-    assert result["max_rss_mb"] < 1500 and result["seconds"] < 60, result
+    assert result["max_rss_mb"] < 1500, result  # two 50 MB records, never held many times over
 
     # with a limit above it, the page is read (and the binary is counted as not HTML), one at a time
     decisions = list(read_web_documents([warc], WebDocumentsConfig(max_record_bytes=60_000_000)))
