@@ -30,8 +30,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from marin_pipelines.cli.process_crawl import process_crawl
 from marin_pipelines.crawl.web_documents import WebDocumentsConfig
+from marin_pipelines.process_crawl import process_crawl
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 

@@ -3,8 +3,8 @@
 import json
 
 from marin_pipelines.cli import main
-from marin_pipelines.cli.process_crawl import DOCUMENT_STAGES, EXPERIMENT
 from marin_pipelines.documents import read_documents
+from marin_pipelines.process_crawl import DOCUMENT_STAGES, EXPERIMENT
 from marin_pipelines.store import MANIFEST
 
 

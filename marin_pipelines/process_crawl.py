@@ -1,0 +1,56 @@
+"""WARC files to deduplicated text as one snapshot, outside Dagster: the command line's ``process-crawl``,
+``bench/`` and tests call it.
+
+The same stage functions and store layout as the assets (``{out}/process_crawl/{stage}/{snapshot}/
+{version}/`` with a manifest), so outputs are reused by version on a second run; the given files are one
+snapshot, versioned by their names, sizes and modification times.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from pydantic import BaseModel
+
+from marin_pipelines.crawl.snapshots import SNAPSHOT_KEY, SNAPSHOT_RULE
+from marin_pipelines.crawl.web_documents import crawl_path, find_warc_files
+from marin_pipelines.experiments.defaults import listed_files_and_text
+from marin_pipelines.stages.crawl import where_documents_ran_out
+from marin_pipelines.steps import StepContext, build_step
+from marin_pipelines.store import ArtifactStore
+
+EXPERIMENT = "process_crawl"
+DOCUMENT_STAGES = ("web_documents", "extracted_text", "filtered_text", "deduplicated_text")
+
+
+def process_crawl(
+    warc_paths: Sequence[str | os.PathLike[str]],
+    out: str | os.PathLike[str],
+    snapshot: str = "cli",
+    workers: int = 1,
+    configs: dict[str, BaseModel] | None = None,
+    progress: Callable[[str], None] = lambda _: None,
+    note: Callable[[str], None] = lambda _: None,
+) -> dict[str, dict[str, Any]]:
+    """Read, extract, filter and deduplicate the files as one snapshot; returns each stage's funnel.
+
+    ``configs`` overrides a stage's config by stage name (``web_documents``, ``extract``, ``filters``,
+    ``dedup``), as an experiment's ``crawl_and_text`` would. When no document is left, ``note`` is told
+    which stage removed them all and why (a counted outcome, not an error)."""
+    if not SNAPSHOT_KEY.fullmatch(snapshot):
+        raise ValueError(f"--snapshot {snapshot!r}: use {SNAPSHOT_RULE}")
+    if workers < 1:
+        raise ValueError(f"--workers must be at least 1, not {workers}")
+    files = [f for path in warc_paths for f in find_warc_files(crawl_path(path))]
+    steps = list(listed_files_and_text(EXPERIMENT, [str(f) for f in files], snapshot, **(configs or {})))
+    store = ArtifactStore(out)
+    artifacts = {}
+    for step in steps:
+        inputs = {name: artifacts[upstream.name] for name, upstream in step.inputs.items()}
+        artifacts[step.name] = build_step(StepContext(step, store, snapshot, workers=workers), inputs)
+        progress(f"{step.stage.name}: {artifacts[step.name].path}")
+    if not artifacts[steps[-1].name].metadata["funnel"]["docs_out"]:
+        note(f"no documents left: {where_documents_ran_out(store, steps[-1:])}")
+    return {step.stage.name: artifacts[step.name].metadata["funnel"] for step in steps[1:]}
