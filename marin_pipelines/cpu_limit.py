@@ -17,13 +17,11 @@ CGROUP = Path("/sys/fs/cgroup")
 
 def cgroup_cpu_quota(root: Path = CGROUP) -> float | None:
     """The CPU quota of this process's cgroup in CPUs, or None when there is none (or no cgroup)."""
-    try:
-        quota, period = (
-            (root / "cpu.max").read_text().split()[:2]
-        )  # cgroup v2: "max 100000" or "200000 100000"
+    try:  # cgroup v2: "max 100000" or "200000 100000"
+        quota, period = (root / "cpu.max").read_text().split()[:2]
         return None if quota == "max" else int(quota) / int(period)
     except (OSError, ValueError):
-        pass
+        pass  # no v2 quota file: look for v1's
     try:  # cgroup v1
         quota = int((root / "cpu" / "cpu.cfs_quota_us").read_text())
         period = int((root / "cpu" / "cpu.cfs_period_us").read_text())
