@@ -22,11 +22,12 @@ RUN useradd --create-home --uid 10001 marin \
 # the exact versions the project is tested with: requirements.lock constrains every dependency. The project
 # stays in /opt/marin-pipelines, installed editable from there (as Dagster's own images do): definitions.py
 # finds the defs folder by the pyproject.toml ([tool.dg]) above the package, which a copy in site-packages
-# lacks. Its bytecode is compiled now: the user that runs it cannot write there.
+# lacks. Its bytecode is compiled now: the user that runs it cannot write there. The `cluster` extra is Ray's
+# dashboard agent, which KubeRay's health probes ask when the image runs a Ray node (deploy/kuberay/).
 WORKDIR /opt/marin-pipelines
 COPY pyproject.toml requirements.lock README.md ./
 COPY marin_pipelines ./marin_pipelines
-RUN pip install -c requirements.lock -e . \
+RUN pip install -c requirements.lock -e '.[cluster]' \
     && if [ -n "$JAX_EXTRA" ]; then pip install -c requirements.lock "jax[$JAX_EXTRA]"; fi \
     && rm -rf build ./*.egg-info \
     && python -m compileall -q marin_pipelines

@@ -31,6 +31,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from marin_pipelines.crawl.web_documents import WebDocumentsConfig
+from marin_pipelines.engine import LocalEngine
 from marin_pipelines.process_crawl import process_crawl
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
@@ -47,7 +48,7 @@ def build_warc(folder: Path, copies: int) -> tuple[Path, int]:
 
 def ours(warc: Path, out: Path, workers: int, shard_docs: int) -> int:
     configs = {"web_documents": WebDocumentsConfig(shard_docs=shard_docs)}
-    funnels = process_crawl([warc], out, workers=workers, configs=configs)
+    funnels = process_crawl([warc], out, LocalEngine(workers), configs=configs)
     return funnels["deduplicated_text"]["docs_out"]
 
 

@@ -3,30 +3,30 @@
 A stage is a generator of ``(document, reason)`` pairs: ``reason`` is None for a kept document and
 names the rule otherwise. ``write_stage`` stores kept documents in ``documents-*.parquet`` and removed
 ones, with their reason, in ``removed-*.parquet``, so nothing disappears without a trace.
-``run_stage`` runs a per-document stage shard by shard in a process pool.
+``run_stage`` runs a per-document stage shard by shard on an engine (``marin_pipelines.engine``).
 """
 
 from __future__ import annotations
 
-import multiprocessing
+import os
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
+import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+from marin_pipelines.engine import Engine, LocalEngine, Progress, finish_units, map_units
 
 Document = dict[str, Any]
 Decision = tuple[Document, str | None]
 KEPT_PREFIX = "documents"
 REMOVED_PREFIX = "removed"
 SHARD_SIZE = 10_000
-T = TypeVar("T")
-R = TypeVar("R")
 
 
 @dataclass
@@ -123,42 +123,46 @@ def write_stage(
 def run_stage(
     stage: Callable[[Iterable[Document], Any], Iterable[Decision]],
     config: Any,
-    source: Path,
-    directory: Path,
-    workers: int = 1,
+    source: str | os.PathLike[str],
+    work: str | os.PathLike[str],
+    engine: Engine | None = None,
+    progress: Progress | None = None,
 ) -> Funnel:
-    """A per-document stage over every kept shard of ``source``: shard in, shard out, ``workers`` at a time.
+    """A per-document stage over every kept shard of ``source`` (a folder or URL), shard in, shard out, on
+    ``engine``; the shards go into ``work`` (a folder or URL), and a rerun redoes only unfinished shards.
 
     ``stage(docs, config)`` must be picklable (a module-level function) and must decide each document
-    on its own, so that output files and funnel are the same for any number of workers.
+    on its own, so that output files and funnel are the same on any engine and any number of workers.
     """
-    shards = list(enumerate(sorted(source.glob(f"{KEPT_PREFIX}-*.parquet"))))
-    funnels = map_in_processes(partial(_run_shard, stage, config, directory), shards, workers)
-    return sum(funnels, Funnel())
+    shards = list_shards(source)
+    task = partial(_run_shard, stage, config)
+    results = map_units(engine or LocalEngine(1), task, shards, str(work), progress)
+    finish_units(str(work))
+    return sum((Funnel.from_dict(result) for result in results), Funnel())
+
+
+def list_shards(source: str | os.PathLike[str], prefix: str = KEPT_PREFIX) -> list[str]:
+    """The shard files of an artifact folder or URL, in order."""
+    fs, root = fsspec.core.url_to_fs(str(source))
+    names = sorted(name.rsplit("/", 1)[-1] for name in fs.glob(f"{root.rstrip('/')}/{prefix}-*.parquet"))
+    return [f"{str(source).rstrip('/')}/{name}" for name in names]
+
+
+def read_shard(url: str, columns: list[str] | None = None) -> list[Document]:
+    """A parquet shard's rows, from a local path or a URL (what a worker on another machine reads)."""
+    fs, path = fsspec.core.url_to_fs(url)
+    with fs.open(path, "rb") as f:
+        return pq.read_table(f, columns=columns).to_pylist()
 
 
 def _run_shard(
     stage: Callable[[Iterable[Document], Any], Iterable[Decision]],
     config: Any,
+    unit: int,
+    url: str,
     directory: Path,
-    shard: tuple[int, Path],
-) -> Funnel:
-    unit, path = shard
-    return write_stage(stage(pq.read_table(path).to_pylist(), config), directory, unit=unit)
-
-
-def map_in_processes(fn: Callable[[T], R], items: Sequence[T], workers: int) -> list[R]:
-    """``[fn(item) for item in items]``, in a pool of ``workers`` processes when that can help.
-
-    Workers are forked: they start in milliseconds with the stage's modules already imported (a fork
-    server or spawn would re-import them, and the caller's ``__main__``, in every worker). The stages
-    run pure computation in them, never the parent's threads.
-    """
-    if workers <= 1 or len(items) <= 1:
-        return [fn(item) for item in items]
-    context = multiprocessing.get_context("fork")
-    with ProcessPoolExecutor(min(workers, len(items)), mp_context=context) as pool:
-        return list(pool.map(fn, items))
+) -> dict[str, Any]:
+    return write_stage(stage(read_shard(url), config), directory, unit=unit).as_dict()
 
 
 def read_documents(

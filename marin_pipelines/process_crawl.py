@@ -16,6 +16,7 @@ from pydantic import BaseModel
 
 from marin_pipelines.crawl.snapshots import SNAPSHOT_KEY, SNAPSHOT_RULE
 from marin_pipelines.crawl.web_documents import crawl_path, find_warc_files
+from marin_pipelines.engine import Engine, LocalEngine
 from marin_pipelines.experiments.defaults import listed_files_and_text
 from marin_pipelines.stages.crawl import where_documents_ran_out
 from marin_pipelines.steps import StepContext, build_step
@@ -29,7 +30,7 @@ def process_crawl(
     warc_paths: Sequence[str | os.PathLike[str]],
     out: str | os.PathLike[str],
     snapshot: str = "cli",
-    workers: int = 1,
+    engine: Engine | None = None,
     configs: dict[str, BaseModel] | None = None,
     progress: Callable[[str], None] = lambda _: None,
     note: Callable[[str], None] = lambda _: None,
@@ -38,19 +39,20 @@ def process_crawl(
 
     ``configs`` overrides a stage's config by stage name (``web_documents``, ``extract``, ``filters``,
     ``dedup``), as an experiment's ``crawl_and_text`` would. When no document is left, ``note`` is told
-    which stage removed them all and why (a counted outcome, not an error)."""
+    which stage removed them all and why (a counted outcome, not an error). ``engine`` runs the stages'
+    units (``LocalEngine(1)`` when None); ``progress`` hears each stage's units done and its output."""
     if not SNAPSHOT_KEY.fullmatch(snapshot):
         raise ValueError(f"--snapshot {snapshot!r}: use {SNAPSHOT_RULE}")
-    if workers < 1:
-        raise ValueError(f"--workers must be at least 1, not {workers}")
     files = [f for path in warc_paths for f in find_warc_files(crawl_path(path))]
     steps = list(listed_files_and_text(EXPERIMENT, [str(f) for f in files], snapshot, **(configs or {})))
     store = ArtifactStore(out)
+    engine = engine or LocalEngine(1)
     artifacts = {}
     for step in steps:
         inputs = {name: artifacts[upstream.name] for name, upstream in step.inputs.items()}
-        artifacts[step.name] = build_step(StepContext(step, store, snapshot, workers=workers), inputs)
-        progress(f"{step.stage.name}: {artifacts[step.name].path}")
+        ctx = StepContext(step, store, snapshot, log=progress, engine=engine)
+        artifacts[step.name] = build_step(ctx, inputs)
+        progress(f"{step.stage.name}: {artifacts[step.name].url}")
     if not artifacts[steps[-1].name].metadata["funnel"]["docs_out"]:
         note(f"no documents left: {where_documents_ran_out(store, steps[-1:])}")
     return {step.stage.name: artifacts[step.name].metadata["funnel"] for step in steps[1:]}

@@ -25,7 +25,7 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel
 
-from marin_pipelines.cpu_limit import available_cpus
+from marin_pipelines.engine import Engine, LocalEngine, Progress
 from marin_pipelines.lease import this_process
 from marin_pipelines.store import Artifact, ArtifactStore, PendingArtifact, cache_dir, is_local, version_hash
 
@@ -84,12 +84,24 @@ class StepContext:
     partition: str | None = None
     resources: dict[str, Any] = field(default_factory=dict)  # the stage's `needs`: launcher, annotator
     log: Callable[[str], None] = lambda message: None
-    workers: int = field(default_factory=available_cpus)  # not versioned: outputs do not vary
+    engine: Engine = field(default_factory=LocalEngine)  # not versioned: outputs do not depend on it
     made_by: dict[str, str] = field(default_factory=dict)  # the run that builds it (a Dagster run id)
 
     @property
     def launcher(self) -> Launcher:
         return self.resources["launcher"]
+
+    def progress(self, what: str) -> Progress:
+        """Tells the log how many of a map's units are done: at the start, every tenth, and at the end."""
+        told = [-1]
+
+        def report(done: int, total: int) -> None:
+            tenth = done * 10 // max(total, 1)
+            if tenth > told[0]:
+                told[0] = tenth
+                self.log(f"{self.step.name}: {what} {done}/{total} done")
+
+        return report
 
 
 @dataclass(frozen=True)

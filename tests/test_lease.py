@@ -14,6 +14,7 @@ import fsspec
 import pytest
 from pydantic import BaseModel
 
+from marin_pipelines.engine import LocalEngine
 from marin_pipelines.lease import create_new, read_lease
 from marin_pipelines.steps import Step, StepContext, build_step, stage
 from marin_pipelines.store import ArtifactStore
@@ -44,7 +45,9 @@ def the_step() -> Step:
 def build(root: str) -> None:
     """What each competing process runs: build the step (its log to stdout), print the output's URL."""
     say = lambda m: print(m, flush=True)  # noqa: E731
-    ctx = StepContext(the_step(), ArtifactStore(root), log=say, workers=1, made_by={"pid": str(os.getpid())})
+    ctx = StepContext(
+        the_step(), ArtifactStore(root), log=say, engine=LocalEngine(1), made_by={"pid": str(os.getpid())}
+    )
     print("URL", build_step(ctx, {}).url, flush=True)
 
 

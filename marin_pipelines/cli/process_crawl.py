@@ -8,7 +8,7 @@ import argparse
 import json
 import sys
 
-from marin_pipelines.cpu_limit import available_cpus
+from marin_pipelines.cli.engine_flags import add_engine_arguments, engine_from
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -18,9 +18,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--warc", nargs="+", required=True, metavar="PATH", help="WARC/ARC files or folders")
     parser.add_argument("--out", required=True, help="store root for the outputs (a folder)")
     parser.add_argument("--snapshot", default="cli", help="the snapshot key the outputs are filed under")
-    parser.add_argument(
-        "--workers", type=int, default=available_cpus(), help="worker processes (default: the CPU limit)"
-    )
+    add_engine_arguments(parser)
     parser.set_defaults(run=_run)
 
 
@@ -30,6 +28,7 @@ def _run(args: argparse.Namespace) -> int:
 
     from marin_pipelines.process_crawl import process_crawl  # here: `--help` stays fast
 
-    funnels = process_crawl(args.warc, args.out, args.snapshot, args.workers, progress=print, note=note)
+    engine = engine_from(args)
+    funnels = process_crawl(args.warc, args.out, args.snapshot, engine, progress=print, note=note)
     print(json.dumps(funnels, sort_keys=True))
     return 0

@@ -11,7 +11,7 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
-from marin_pipelines.cpu_limit import available_cpus
+from marin_pipelines.cli.engine_flags import add_engine_arguments, engine_from
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -32,9 +32,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     which.add_argument("--vocab-size", type=int, help="train a byte-level BPE of this size on the input")
     parser.add_argument("--validation-fraction", type=float, default=0.05, help="share of validation docs")
     parser.add_argument("--seed", type=int, default=0, help="seed of the id hash that assigns splits")
-    parser.add_argument(
-        "--workers", type=int, default=available_cpus(), help="encoding processes (default: the CPU limit)"
-    )
+    add_engine_arguments(parser)
     parser.set_defaults(run=run_tokenize)
 
 
@@ -63,7 +61,7 @@ def run_tokenize(args: argparse.Namespace) -> int:
     tmp.mkdir(parents=True)
     try:
         build = build_cache(
-            args.input, tokenizer, tmp, config, out.with_name(f".{out.name}.work"), args.workers
+            args.input, tokenizer, tmp, config, out.with_name(f".{out.name}.work"), engine_from(args)
         )
         os.replace(tmp, out)
     finally:

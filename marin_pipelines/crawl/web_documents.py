@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from fastwarc.warc import ArchiveIterator, WarcRecord, WarcRecordType
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -41,7 +41,8 @@ from marin_pipelines.crawl.warc_resync import (
     resynchronise,
     seek,
 )
-from marin_pipelines.documents import Decision, Document, Funnel, map_in_processes, write_stage
+from marin_pipelines.documents import Decision, Document, Funnel, write_stage
+from marin_pipelines.engine import Engine, LocalEngine, Progress, finish_units, map_units
 
 WARC_SUFFIXES = (".warc", ".warc.gz", ".arc", ".arc.gz")
 CAPTURE_TYPES = (WarcRecordType.response, WarcRecordType.resource)
@@ -91,6 +92,19 @@ class ReadStats:
         self.errors += other.errors
         self.skipped_bytes.update(other.skipped_bytes)
         self.skipped_members.update(other.skipped_members)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ReadStats:
+        """Back from ``as_dict`` (a unit's done record)."""
+        files = d["skipped"]["files"]
+        return cls(
+            files=d["files"],
+            records=Counter(d["records"]),
+            errors=list(d["errors"]),
+            skipped_bytes=Counter({name: f["bytes"] for name, f in files.items()}),
+            skipped_members=Counter({name: f["members"] for name, f in files.items()}),
+            empty_files=list(d.get("empty_files", [])),
+        )
 
     def skip(self, source: str, size: int, members: int) -> None:
         if size or members:
@@ -155,30 +169,30 @@ def find_warc_files(root: str | os.PathLike[str]) -> list[Path | UPath]:
 
 def write_web_documents(
     warc_paths: Sequence[str | os.PathLike[str]],
-    directory: Path,
+    work: str | os.PathLike[str],
     config: WebDocumentsConfig | None = None,
-    workers: int = 1,
+    engine: Engine | None = None,
+    progress: Progress | None = None,
 ) -> tuple[Funnel, ReadStats]:
-    """Read every file into its own numbered shards in ``directory``, ``workers`` files at a time.
+    """Read every file into its own numbered shards in ``work`` (a folder or URL), one file per unit of
+    ``engine``; a rerun reads only the files without a done record.
 
-    Shards are named by the file's position, so the output and the funnel do not depend on ``workers``.
+    Shards are named by the file's position, so the output and the funnel do not depend on the engine.
     """
     config = config or WebDocumentsConfig()
     paths = _expand(warc_paths)
-    results = map_in_processes(partial(_write_file, directory, config), list(enumerate(paths)), workers)
+    results = map_units(engine or LocalEngine(1), partial(_write_file, config), paths, str(work), progress)
+    finish_units(str(work))
     stats = ReadStats()
-    for _, file_stats in results:
-        stats.add(file_stats)
-    return sum((funnel for funnel, _ in results), Funnel()), stats
+    for result in results:
+        stats.add(ReadStats.from_dict(result["records"]))
+    return sum((Funnel.from_dict(result["funnel"]) for result in results), Funnel()), stats
 
 
-def _write_file(
-    directory: Path, config: WebDocumentsConfig, indexed: tuple[int, Path | UPath]
-) -> tuple[Funnel, ReadStats]:
-    index, path = indexed
+def _write_file(config: WebDocumentsConfig, unit: int, path: Path | UPath, directory: Path) -> dict[str, Any]:
     stats = ReadStats()
-    decisions = read_web_documents([path], config, stats)
-    return write_stage(decisions, directory, config.shard_docs, unit=index), stats
+    funnel = write_stage(read_web_documents([path], config, stats), directory, config.shard_docs, unit=unit)
+    return {"funnel": funnel.as_dict(), "records": stats.as_dict()}
 
 
 def _expand(warc_paths: Iterable[str | os.PathLike[str]]) -> list[Path | UPath]:

@@ -35,8 +35,10 @@ from dagster import (
 )
 
 from marin_pipelines.documents import Funnel
+from marin_pipelines.engine import LocalEngine
 from marin_pipelines.execution_record import write_record
 from marin_pipelines.experiment import Experiment
+from marin_pipelines.resources.engine import engine_of
 from marin_pipelines.resources.launcher import LauncherResource
 from marin_pipelines.resources.store import VERSION_KEY
 from marin_pipelines.steps import InputError, Step, StepContext, build_step
@@ -158,13 +160,14 @@ def step_asset(
         resources = {name: getattr(context.resources, name) for name in stage.needs}
         if "launcher" in resources:
             resources["launcher"] = BoundLauncher(resources["launcher"], context)
+        engine = engine_of(resources.pop("engine")) if "engine" in resources else LocalEngine()
 
         def say(message: str) -> None:  # to the run's event log (UI) and the terminal of `make demo`
             context.log.info(message)
             log.info(message)
 
         ctx = StepContext(
-            step, store, partition, resources, say, made_by={"dagster_run_id": context.run.run_id}
+            step, store, partition, resources, say, engine, made_by={"dagster_run_id": context.run.run_id}
         )
         try:
             artifact = build_step(ctx, inputs)

@@ -1,9 +1,11 @@
-"""Dagster resources: the artifact store, the Datashop annotator and the training launcher."""
+"""Dagster resources: the artifact store, the Datashop annotator, the training launcher and the engine of
+the document stages."""
 
 import os
 from typing import Any
 
 from marin_pipelines.resources.annotator import AnnotatorResource
+from marin_pipelines.resources.engine import engine_from_env
 from marin_pipelines.resources.launcher import STORE_ROOT
 from marin_pipelines.resources.launcher_env import launcher_from_env
 from marin_pipelines.resources.store import ArtifactIOManager, ArtifactStoreResource
@@ -12,7 +14,7 @@ from marin_pipelines.resources.store import ArtifactIOManager, ArtifactStoreReso
 def default_resources(store_root: str | None = None) -> dict[str, Any]:
     """The store (at ``store_root``, else ``MARIN_STORE_ROOT`` or ``.marin/store``) and the launcher the
     environment chooses (``MARIN_LAUNCHER``: a subprocess here unless ``k8s``), which hands its pods
-    the same store root."""
+    the same store root; the document stages' engine (``MARIN_ENGINE``: processes here unless ``ray``)."""
     store = ArtifactStoreResource(root=store_root) if store_root else ArtifactStoreResource()
     environ = {**os.environ, STORE_ROOT: store_root} if store_root else os.environ
     return {
@@ -20,4 +22,5 @@ def default_resources(store_root: str | None = None) -> dict[str, Any]:
         "io_manager": ArtifactIOManager(store=store),
         "annotator": AnnotatorResource(store=store),
         "launcher": launcher_from_env(environ),
+        "engine": engine_from_env(environ),
     }

@@ -5,6 +5,7 @@ from __future__ import annotations
 import platform
 from collections import Counter
 from collections.abc import Iterable, Iterator
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -117,16 +118,24 @@ def listed_warc_files(ctx: StepContext, out: PendingArtifact, config: ListedFile
     )
 
 
-@stage(WebDocumentsConfig, revision=2, partitioning="snapshot", kinds=("parquet",), checks=FUNNEL)
+@stage(
+    WebDocumentsConfig,
+    revision=2,
+    partitioning="snapshot",
+    kinds=("parquet",),
+    checks=FUNNEL,
+    needs=("engine",),
+)
 def web_documents(
     ctx: StepContext, out: PendingArtifact, config: WebDocumentsConfig, crawl: Artifact
 ) -> None:
     """HTML pages read from the WARC responses; unreadable or non-HTML records counted by reason."""
-    paths = [
-        crawl_path(name) if "://" in name else crawl.path / name  # absolute names stay absolute
+    paths = [  # URLs and absolute paths as they are; the demo's files where the crawl artifact lives
+        crawl_path(name if "://" in name or Path(name).is_absolute() else f"{crawl.url}/{name}")
         for name in crawl.metadata["warc_files"]
     ]
-    funnel, stats = write_web_documents(paths, out.path, config, ctx.workers)
+    funnel, stats = write_web_documents(paths, out.work, config, ctx.engine, ctx.progress("WARC files"))
+    out.keep_work()
     out.metadata["funnel"] = funnel.as_dict()
     out.metadata["records"] = stats.as_dict()  # record types seen, and what could not be read
 

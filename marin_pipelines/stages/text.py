@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from marin_pipelines.documents import run_stage
 from marin_pipelines.stages.crawl import FUNNEL
 from marin_pipelines.steps import StepContext, stage
 from marin_pipelines.store import Artifact, PendingArtifact
-from marin_pipelines.text.deduplicated_text import DedupConfig, deduplicate_snapshot
+from marin_pipelines.text.dedup_partitions import deduplicate_snapshot
+from marin_pipelines.text.deduplicated_text import DedupConfig
 from marin_pipelines.text.extracted_text import ExtractConfig, extract_text
 from marin_pipelines.text.filtered_text import FilterConfig, filter_text
 
-PER_SNAPSHOT = {"partitioning": "snapshot", "checks": FUNNEL, "kinds": ("parquet",)}
+PER_SNAPSHOT = {"partitioning": "snapshot", "checks": FUNNEL, "kinds": ("parquet",), "needs": ("engine",)}
 
 
 @stage(ExtractConfig, revision=2, **PER_SNAPSHOT)
@@ -20,7 +19,8 @@ def extracted_text(
     ctx: StepContext, out: PendingArtifact, config: ExtractConfig, web_documents: Artifact
 ) -> None:
     """Main-content text (light markdown), title and language id of every page (resiliparse)."""
-    funnel = run_stage(extract_text, config, web_documents.path, out.path, ctx.workers)
+    funnel = run_stage(extract_text, config, web_documents.url, out.work, ctx.engine, ctx.progress("shards"))
+    out.keep_work()
     out.metadata["funnel"] = funnel.as_dict()
 
 
@@ -29,20 +29,24 @@ def filtered_text(
     ctx: StepContext, out: PendingArtifact, config: FilterConfig, extracted_text: Artifact
 ) -> None:
     """Language, Gopher, C4 and FineWeb rules; each removed document keeps the rule that removed it."""
-    funnel = run_stage(filter_text, config, extracted_text.path, out.path, ctx.workers)
+    funnel = run_stage(filter_text, config, extracted_text.url, out.work, ctx.engine, ctx.progress("shards"))
+    out.keep_work()
     out.metadata["funnel"] = funnel.as_dict()
 
 
-@stage(DedupConfig, revision=2, **PER_SNAPSHOT)
+@stage(DedupConfig, revision=3, **PER_SNAPSHOT)
 def deduplicated_text(
     ctx: StepContext, out: PendingArtifact, config: DedupConfig, filtered_text: Artifact
 ) -> None:
-    """Exact paragraph dedup, then fuzzy document dedup (MinHash LSH), also against earlier snapshots."""
+    """Exact paragraph dedup, then fuzzy document dedup (MinHash LSH), also against earlier snapshots:
+    map steps over shards and hash partitions, so that it scales out on the engine."""
     earlier = earlier_dedup_indexes(ctx, out.partition)
-    out.metadata.update(deduplicate_snapshot(filtered_text.path, out.path, config, earlier))
+    metadata = deduplicate_snapshot(filtered_text.url, out.work, config, earlier, ctx.engine, ctx.progress)
+    out.keep_work()
+    out.metadata.update(metadata)
 
 
-def earlier_dedup_indexes(ctx: StepContext, snapshot: str | None) -> list[Path]:
+def earlier_dedup_indexes(ctx: StepContext, snapshot: str | None) -> list[str]:
     """The outputs of every snapshot before ``snapshot``, at this version; one not processed is an error."""
     step = ctx.step
     snapshots = step.snapshots
@@ -56,5 +60,5 @@ def earlier_dedup_indexes(ctx: StepContext, snapshot: str | None) -> list[Path]:
                 f"{step.name} [{snapshot}] removes documents seen in earlier snapshots, but snapshot "
                 f"{earlier!r} has no output at version {step.version}: process the snapshots in order"
             )
-        paths.append(artifact.path)
+        paths.append(artifact.url)
     return paths

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from marin_pipelines.documents import read_documents
+from marin_pipelines.engine import LocalEngine
 from marin_pipelines.stages.crawl import NoDocuments, no_documents
 from marin_pipelines.steps import StepContext, pending_work_dir, stage
-from marin_pipelines.store import Artifact, PendingArtifact
+from marin_pipelines.store import Artifact, PendingArtifact, is_local
 from marin_pipelines.tokenize.tokenized_cache import CacheConfig, build_cache
 from marin_pipelines.tokenize.tokenizer import (
     TOKENIZER_FILE,
@@ -33,7 +34,7 @@ def tokenizer(
 
 
 # revision 3: a build of >= 2 documents always has a validation document
-@stage(CacheConfig, revision=3, group="tokenize", kinds=("numpy",))
+@stage(CacheConfig, revision=3, group="tokenize", kinds=("numpy",), needs=("engine",))
 def tokenized_cache(
     ctx: StepContext, out: PendingArtifact, config: CacheConfig, curated_text: Artifact, tokenizer: Artifact
 ) -> None:
@@ -42,8 +43,13 @@ def tokenized_cache(
         raise no_documents(ctx, "tokenize")
     # finished chunks survive a killed run here, beside the artifact, keyed by its version
     work_dir = pending_work_dir(out)
+    # its chunk files are written where the work folder is: the engine's workers reach it on a local
+    # store; on a bucket it is this machine's disk, so this machine's processes encode
+    engine = ctx.engine if is_local(out.work) else LocalEngine()
     tok = load_tokenizer(tokenizer.path)
-    build = build_cache([str(curated_text.path)], tok, out.path, config, work_dir, ctx.workers)
+    build = build_cache(
+        [str(curated_text.path)], tok, out.path, config, work_dir, engine, ctx.progress("chunks")
+    )
     info = build.info
     out.metadata.update(vocab_size=info["vocab_size"], dtype=info["dtype"], chunks_reused=build.chunks_reused)
     for split, counts in info["splits"].items():

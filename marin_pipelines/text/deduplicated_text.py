@@ -12,30 +12,32 @@ is deterministic for a given input order (and a later snapshot never displaces a
    signature is taken before paragraph removal: a near copy whose unchanged paragraphs were just
    dropped would otherwise survive as a fragment of its few edited paragraphs.
 
-Across crawl snapshots, each snapshot's output keeps its index (paragraph hashes and band keys,
-``dedup_index.npz``); a snapshot is deduplicated against the indexes of every snapshot before it,
-exactly as if the snapshots were one stream in key order.
+Across crawl snapshots, each snapshot's output keeps its index (the paragraph hashes and band keys it
+added, in hash partitions: ``index/{paragraphs,bands}/part-PPPPP.npy``); a snapshot is deduplicated
+against the indexes of every snapshot before it, exactly as if the snapshots were one stream in key order.
+
+``deduplicate`` is the single-process reference semantics; the stage runs the same decisions as map steps
+over shards and hash partitions (``dedup_partitions.deduplicate_snapshot``, re-exported here).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
 
 import numpy as np
 import xxhash
 from pydantic import BaseModel, ConfigDict, Field
 
-from marin_pipelines.documents import Decision, Document, read_documents, write_stage
+from marin_pipelines.documents import Decision, Document
 
 _MAX_64 = np.uint64(2**64 - 1)
 _WORD = re.compile(r"\w+")
 _BLANK_RUNS = re.compile(r"\n{3,}")
 _CHUNK = 4096
-INDEX_FILE = "dedup_index.npz"
+EXACT, NEAR = "exact_duplicate", "near_duplicate"
+_DETAIL = {EXACT: "every paragraph seen in {}", NEAR: "near copy seen in {}"}
 
 
 class DedupConfig(BaseModel):
@@ -69,37 +71,28 @@ class DedupConfig(BaseModel):
     bands: int = Field(20, ge=1)
     rows: int = Field(8, ge=1)
     seed: int = Field(1, ge=0)
+    partitions: int = Field(
+        16,
+        ge=1,
+        description="hash partitions of the scaled-out dedup and of the index it keeps: each reduce task "
+        "holds 1/partitions of the snapshot's keys and of the earlier snapshots' index; about 1024 for a "
+        "Common Crawl snapshot. Shapes the index layout, not the results",
+    )
 
 
 @dataclass
 class DedupIndex:
-    """What dedup has seen: normalised paragraph hashes and MinHash band keys (64-bit each).
+    """What the reference dedup has seen: normalised paragraph hashes and MinHash band keys (64-bit each).
 
-    ``earlier_*`` are sorted arrays loaded from the snapshots before this one (read-only, searched by
-    bisection, compact); the sets hold the keys first seen in this snapshot, which is what ``save``
-    writes: each snapshot stores only its own keys, and a later snapshot loads all earlier ones.
+    ``earlier_*`` are sorted arrays of what the snapshots before this one saw (searched by bisection);
+    the sets collect the keys first seen in this stream, which is what a snapshot's index stores. The
+    stage never holds a whole index: it reads one hash partition per task (``dedup_partitions``).
     """
 
     earlier_paragraphs: np.ndarray = field(default_factory=lambda: np.empty(0, np.uint64))
     earlier_bands: np.ndarray = field(default_factory=lambda: np.empty(0, np.uint64))
     paragraphs: set[int] = field(default_factory=set)
     bands: set[int] = field(default_factory=set)
-
-    @classmethod
-    def load(cls, directories: Iterable[Path]) -> DedupIndex:
-        paragraphs, bands = [], []
-        for directory in directories:
-            with np.load(directory / INDEX_FILE) as index:
-                paragraphs.append(index["paragraphs"])
-                bands.append(index["bands"])
-        return cls(_sorted_unique(paragraphs), _sorted_unique(bands))
-
-    def save(self, directory: Path) -> None:
-        np.savez(
-            directory / INDEX_FILE,
-            paragraphs=np.array(sorted(self.paragraphs), dtype=np.uint64),
-            bands=np.array(sorted(self.bands), dtype=np.uint64),
-        )
 
     def add_paragraphs(self, keys: list[int]) -> tuple[list[bool], bool]:
         """Which keys were seen before (then records them), and whether every seen one is from earlier."""
@@ -109,11 +102,11 @@ class DedupIndex:
         seen = [a or b for a, b in zip(earlier, here, strict=True)]
         return seen, not any(here)
 
-    def match_bands(self, keys: list[int]) -> str | None:
-        """Where a document sharing a band was seen: ``this snapshot``, ``an earlier snapshot`` or None."""
+    def match_bands(self, keys: list[int]) -> bool | None:
+        """Where a document sharing a band was seen: this snapshot (True), an earlier one (False), or None."""
         if any(key in self.bands for key in keys):
-            return "this snapshot"
-        return "an earlier snapshot" if any(_in_sorted(self.earlier_bands, keys)) else None
+            return True
+        return False if any(_in_sorted(self.earlier_bands, keys)) else None
 
 
 def deduplicate(
@@ -132,52 +125,45 @@ def deduplicate(
         if config.exact_paragraphs:
             text, only_earlier = _drop_seen_paragraphs(text, index)
             if not text:
-                where = "an earlier snapshot" if only_earlier else "this snapshot"
-                yield {**doc, "detail": f"every paragraph seen in {where}"}, "exact_duplicate"
+                yield removal(doc, EXACT, this_snapshot=not only_earlier)
                 continue
         if config.fuzzy:
             bands = hasher.band_keys(hasher.signature(doc["text"]))
-            if where := index.match_bands(bands):
-                yield {**doc, "detail": f"near copy seen in {where}"}, "near_duplicate"
+            if (here := index.match_bands(bands)) is not None:
+                yield removal(doc, NEAR, this_snapshot=here)
                 continue
             index.bands.update(bands)
         yield {**doc, "text": text}, None
 
 
-def deduplicate_snapshot(
-    source: Path, directory: Path, config: DedupConfig, earlier: Sequence[Path] = ()
-) -> dict[str, Any]:
-    """Dedup one snapshot's documents against themselves and the indexes of ``earlier`` snapshots.
-
-    Writes the kept and removed shards and this snapshot's own index into ``directory``; returns the
-    metadata (funnel and index sizes).
-    """
-    index = DedupIndex.load(earlier)
-    funnel = write_stage(deduplicate(read_documents(source), config, index), directory)
-    index.save(directory)
-    return {
-        "funnel": funnel.as_dict(),
-        "earlier_snapshots": len(earlier),
-        "index_paragraphs": len(index.paragraphs),
-        "index_band_keys": len(index.bands),
-    }
+def removal(doc: Document, reason: str, this_snapshot: bool) -> Decision:
+    """A removed document, with ``detail`` saying whether its copy is in this snapshot or an earlier one."""
+    where = "this snapshot" if this_snapshot else "an earlier snapshot"
+    return {**doc, "detail": _DETAIL[reason].format(where)}, reason
 
 
-def _drop_seen_paragraphs(text: str, index: DedupIndex) -> tuple[str, bool]:
+def paragraph_keys(text: str) -> tuple[list[str], dict[int, int]]:
+    """The text's lines, and the key of each non-blank line by line number: xxh3-64 of the line lower-cased
+    with its whitespace collapsed, so that a paragraph matches its copies whatever their case and spacing."""
     lines = text.split("\n")
     keys = {
         i: xxhash.xxh3_64_intdigest(" ".join(line.lower().split()).encode())
         for i, line in enumerate(lines)
         if line.strip()
     }
-    seen, only_earlier = index.add_paragraphs(list(keys.values()))
-    dropped = {i for i, old in zip(keys, seen, strict=True) if old}
+    return lines, keys
+
+
+def without_lines(lines: list[str], dropped: Collection[int]) -> str:
+    """The text left when the ``dropped`` line numbers go (the blank runs they leave collapse)."""
     kept = [line for i, line in enumerate(lines) if i not in dropped]
-    return _BLANK_RUNS.sub("\n\n", "\n".join(kept)).strip(), only_earlier
+    return _BLANK_RUNS.sub("\n\n", "\n".join(kept)).strip()
 
 
-def _sorted_unique(arrays: list[np.ndarray]) -> np.ndarray:
-    return np.unique(np.concatenate(arrays)) if arrays else np.empty(0, np.uint64)
+def _drop_seen_paragraphs(text: str, index: DedupIndex) -> tuple[str, bool]:
+    lines, keys = paragraph_keys(text)
+    seen, only_earlier = index.add_paragraphs(list(keys.values()))
+    return without_lines(lines, {i for i, old in zip(keys, seen, strict=True) if old}), only_earlier
 
 
 def _in_sorted(array: np.ndarray, keys: list[int]) -> list[bool]:
@@ -232,3 +218,4 @@ class MinHasher:
         """One 64-bit key per band: xxh3 of the band's row values, seeded with the band's index."""
         bands = signature.reshape(self.bands, self.rows)
         return [xxhash.xxh3_64_intdigest(band.tobytes(), seed=i) for i, band in enumerate(bands)]
+

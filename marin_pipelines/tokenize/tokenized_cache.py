@@ -22,13 +22,12 @@ from __future__ import annotations
 
 import json
 import logging
-import multiprocessing
 import os
 import shutil
 from collections import deque
 from collections.abc import Iterator
-from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import asdict, dataclass, replace
 from functools import cached_property, lru_cache
 from itertools import chain, groupby
 from pathlib import Path
@@ -41,6 +40,7 @@ from fsspec.implementations.local import LocalFileSystem
 from pydantic import BaseModel, ConfigDict, Field
 from tokenizers import Tokenizer
 
+from marin_pipelines.engine import Engine, LocalEngine, Progress
 from marin_pipelines.store import version_hash
 from marin_pipelines.tokenize.text_sources import TextChunk, find_text_files, read_chunk, text_chunks
 from marin_pipelines.tokenize.tokenizer import BOS, EOS, TOKENIZER_FILE
@@ -111,16 +111,17 @@ def build_cache(
     out_dir: Path,
     config: CacheConfig,
     work_dir: Path,
-    workers: int = 1,
+    engine: Engine | None = None,
+    progress: Progress | None = None,
 ) -> CacheBuild:
     """Tokenize the text files or folders ``inputs`` into the empty folder ``out_dir``.
 
     ``work_dir`` keeps finished chunks between runs (a rerun of the same build reuses them; a
-    different build clears it) and is removed once ``out_dir`` is complete. ``workers`` > 1 encodes
-    chunks in that many processes; the output is the same byte for byte.
+    different build clears it) and is removed once ``out_dir`` is complete. ``engine`` encodes the
+    chunks: here (one local worker), in a process pool or on a Ray cluster whose workers reach
+    ``work_dir`` (a shared folder); the output is the same byte for byte.
     """
-    if workers < 1:
-        raise ValueError(f"workers must be >= 1, got {workers}")
+    engine = engine or LocalEngine(1)
     eos_id = tokenizer.token_to_id(EOS)
     if eos_id is None:
         raise ValueError(f"tokenizer has no {EOS!r} token, which ends every document")
@@ -138,7 +139,7 @@ def build_cache(
     records = {i: _read_record(work_dir, i) for i in range(len(jobs))}
     todo = [job for job in jobs if records[job.index] is None]
     log.info(f"tokenizing {len(todo)} of {len(jobs)} chunks ({len(jobs) - len(todo)} already done)")
-    for record in _encode_all(todo, workers):
+    for record in _encode_all(todo, engine, progress):
         records[record["index"]] = record
     if not any(r[split]["documents"] for r in records.values() for split in SPLITS):
         files = len(find_text_files(inputs))
@@ -175,19 +176,20 @@ def _write_atomic(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
-def _encode_all(jobs: list[_Job], workers: int) -> Iterator[dict[str, Any]]:
-    """Records of the encoded chunks: here (one process, the tokenizer's own threads), or in a pool."""
-    if workers == 1 or len(jobs) <= 1:
+def _encode_all(jobs: list[_Job], engine: Engine, progress: Progress | None) -> Iterator[dict[str, Any]]:
+    """Records of the encoded chunks: in this process (the tokenizer's own threads), or one chunk per
+    task of the engine, one tokenizer thread each (the tasks are the parallelism)."""
+    if isinstance(engine, LocalEngine) and (engine.workers == 1 or len(jobs) <= 1):
         yield from _encode_chunks(jobs)
         return
-    context = multiprocessing.get_context("spawn")  # no fork of a threaded parent (Dagster, JAX)
-    with ProcessPoolExecutor(min(workers, len(jobs)), context, initializer=_one_thread) as pool:
-        yield from pool.map(_encode_chunk, jobs)
+    if isinstance(engine, LocalEngine):  # no fork of a parent whose tokenizer threads have run
+        engine = replace(engine, start_method="spawn")
+    yield from engine.map(_encode_chunk_alone, jobs, progress)
 
 
-def _one_thread() -> None:
-    """Workers are the parallelism: one tokenizer thread each, no oversubscription."""
-    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+def _encode_chunk_alone(job: _Job) -> dict[str, Any]:
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"  # before this worker's first encode
+    return _encode_chunk(job)
 
 
 @lru_cache(maxsize=1)

@@ -131,7 +131,7 @@ def test_50_mb_records_among_pages_are_counted_too_large_in_bounded_memory(tmp_p
     script = f"""
 import json, resource
 from marin_pipelines.process_crawl import process_crawl
-funnels = process_crawl([{str(warc)!r}], {str(tmp_path / "out")!r}, workers=1)
+funnels = process_crawl([{str(warc)!r}], {str(tmp_path / "out")!r})
 print(json.dumps({{"funnels": funnels,
                   "max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}}))
 """

@@ -19,6 +19,7 @@ from marin_pipelines.crawl.web_documents import (
     write_web_documents,
 )
 from marin_pipelines.documents import read_documents, run_stage
+from marin_pipelines.engine import LocalEngine
 from marin_pipelines.text.extracted_text import ExtractConfig, extract_text
 
 
@@ -103,8 +104,8 @@ def test_outputs_and_funnels_do_not_depend_on_workers(demo_crawl, tmp_path):
         web, text = tmp_path / f"web{workers}", tmp_path / f"text{workers}"
         web.mkdir()
         text.mkdir()
-        funnel, stats = write_web_documents(files, web, config, workers)
-        extracted = run_stage(extract_text, ExtractConfig(), web, text, workers)
+        funnel, stats = write_web_documents(files, web, config, LocalEngine(workers))
+        extracted = run_stage(extract_text, ExtractConfig(), web, text, LocalEngine(workers))
         results[workers] = (funnel, stats.as_dict(), extracted, sorted(p.name for p in web.iterdir()))
         assert funnel.conserved and extracted.conserved and extracted.docs_in == funnel.docs_out
     assert results[1] == results[2]

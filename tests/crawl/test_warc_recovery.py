@@ -21,6 +21,7 @@ from marin_pipelines.crawl.web_documents import (
     read_web_documents,
     write_web_documents,
 )
+from marin_pipelines.engine import LocalEngine
 from marin_pipelines.experiments.defaults import listed_files_and_text
 from marin_pipelines.steps import StepContext, build_step
 from marin_pipelines.store import MANIFEST, ArtifactStore
@@ -226,8 +227,10 @@ def test_skipped_counts_reach_the_web_documents_metadata(crawl, tmp_path):
     whole = _write(tmp_path / "crawl", "whole.warc", crawl.plain)
     steps = listed_files_and_text("recovery", [str(damaged), str(whole)], "s1")
     store = ArtifactStore(tmp_path / "store")
-    listed = build_step(StepContext(steps.crawl, store, "s1", workers=1), {})
-    documents = build_step(StepContext(steps.web_documents, store, "s1", workers=1), {"crawl": listed})
+    listed = build_step(StepContext(steps.crawl, store, "s1", engine=LocalEngine(1)), {})
+    documents = build_step(
+        StepContext(steps.web_documents, store, "s1", engine=LocalEngine(1)), {"crawl": listed}
+    )
     skipped = {"bytes": 512, "members": 0, "files": {"damaged.warc.gz": {"bytes": 512, "members": 0}}}
     assert documents.metadata["records"]["skipped"] == skipped
     assert json.loads((documents.path / MANIFEST).read_text())["metadata"]["records"]["skipped"] == skipped
@@ -243,7 +246,7 @@ def test_skipped_counts_add_up_over_files_and_workers(crawl, tmp_path):
     for workers in (1, 2):
         out = tmp_path / f"out{workers}"
         out.mkdir()
-        funnel, stats = write_web_documents([a, b], out, WebDocumentsConfig(), workers)
+        funnel, stats = write_web_documents([a, b], out, WebDocumentsConfig(), LocalEngine(workers))
         assert funnel.conserved and funnel.docs_in == 2 * len(crawl.ids)
         results.append(stats.as_dict())
     assert results[0] == results[1]

@@ -67,8 +67,9 @@ def test_the_base_is_a_pinned_slim_image_of_the_projects_python(dockerfile):
 def test_the_project_is_installed_under_the_lock_from_files_the_context_has(dockerfile, dockerignore):
     copied = [src for word, args in dockerfile if word == "COPY" for src in args.split()[:-1]]
     (install,) = [args for word, args in dockerfile if word == "RUN" and "pip install" in args]
-    # editable, in place: the code location finds its defs folder by the pyproject.toml above the package
-    assert "pip install -c requirements.lock -e ." in install
+    # editable, in place: the code location finds its defs folder by the pyproject.toml above the package;
+    # with Ray's dashboard agent, which KubeRay's probes ask when the image runs a Ray node
+    assert "pip install -c requirements.lock -e '.[cluster]'" in install
     assert "requirements.lock" in copied and "pyproject.toml" in copied
     readme = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["readme"]
     assert readme in copied  # setuptools reads it to build the package

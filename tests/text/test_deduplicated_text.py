@@ -1,19 +1,20 @@
 import gzip
 import random
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from marin_pipelines.documents import REMOVED_PREFIX, read_documents, write_stage
+from marin_pipelines.documents import KEPT_PREFIX, REMOVED_PREFIX, read_documents, write_stage
+from marin_pipelines.engine import LocalEngine
+from marin_pipelines.text.dedup_partitions import deduplicate_snapshot
 from marin_pipelines.text.deduplicated_text import (
-    INDEX_FILE,
     DedupConfig,
     DedupIndex,
     MinHasher,
     deduplicate,
-    deduplicate_snapshot,
 )
 from marin_pipelines.text.extracted_text import extract_text
 
@@ -145,6 +146,8 @@ def test_config_validation():
         DedupConfig(bands=0)
     with pytest.raises(ValidationError, match="ngram"):
         DedupConfig(ngram=0)
+    with pytest.raises(ValidationError, match="partitions"):
+        DedupConfig(partitions=0)
 
 
 @pytest.fixture(scope="module")
@@ -172,8 +175,9 @@ def _edited(text: str, rate: float, seed: int) -> str:
     return " ".join(words)
 
 
-def test_near_duplicate_recall_and_no_false_positives_on_real_pages(all_pages):
-    """Planted exact and near copies (5-gram Jaccard >= 0.8) of real pages, after all the originals."""
+@pytest.fixture(scope="module")
+def planted(all_pages) -> tuple[list[dict], list[dict]]:
+    """Exact and near copies (5-gram Jaccard >= 0.8) of the real pages, to follow all the originals."""
     near = []
     for n, page in enumerate(all_pages):
         for seed, rate in enumerate((0.005, 0.01, 0.015, 0.02, 0.03)):
@@ -181,6 +185,11 @@ def test_near_duplicate_recall_and_no_false_positives_on_real_pages(all_pages):
             if _jaccard(text, page["text"]) >= 0.8:
                 near.append(_copy(page, f"near-{n}-{seed}", text))
     exact = [_copy(page, f"exact-{n}") for n, page in enumerate(all_pages)]
+    return exact, near
+
+
+def test_near_duplicate_recall_and_no_false_positives_on_real_pages(all_pages, planted):
+    exact, near = planted
     assert len(all_pages) >= 80 and len(near) >= 300
     reasons = _reasons([*all_pages, *exact, *near])
     false_positives = [page["id"] for page in all_pages if reasons[page["id"]] is not None]
@@ -194,14 +203,39 @@ def test_near_duplicate_recall_and_no_false_positives_on_real_pages(all_pages):
     assert recall >= 0.95
 
 
-def _snapshot(tmp_path, name: str, docs: list[dict], earlier: list) -> tuple[dict, dict[str, dict]]:
+def test_the_scaled_out_dedup_decides_as_the_reference_on_real_pages(all_pages, planted, tmp_path):
+    """Real pages, their planted copies interleaved, in shards of 50: the map steps over shards and hash
+    partitions give ``deduplicate``'s decisions, details and kept texts."""
+    exact, near = planted
+    docs = [*all_pages[:40], *near[::2], *exact, *all_pages[40:], *near[1::2]]
+    source = tmp_path / "filtered"
+    source.mkdir()
+    write_stage(((doc, None) for doc in docs), source, shard_size=50)
+    metadata = deduplicate_snapshot(str(source), str(tmp_path / "dedup"), DedupConfig(partitions=4))
+    reference = list(deduplicate(read_documents(source)))
+    assert list(read_documents(tmp_path / "dedup")) == [doc for doc, reason in reference if reason is None]
+    assert list(read_documents(tmp_path / "dedup", prefix=REMOVED_PREFIX)) == [
+        {**doc, "reason": reason} for doc, reason in reference if reason is not None
+    ]
+    assert metadata["funnel"]["docs_in"] == len(docs) and metadata["components"] >= len(all_pages) // 2
+
+
+def _snapshot(tmp_path, name: str, docs: list[dict], earlier: list[str]) -> tuple[dict, dict[str, dict]]:
     source, out = tmp_path / f"{name}-in", tmp_path / name
     source.mkdir()
-    out.mkdir()
-    write_stage(((doc, None) for doc in docs), source)
-    metadata = deduplicate_snapshot(source, out, DedupConfig(), earlier)
+    write_stage(((doc, None) for doc in docs), source, shard_size=3)
+    metadata = deduplicate_snapshot(str(source), str(out), DedupConfig(partitions=3), earlier, LocalEngine(2))
     removed = {doc["id"]: doc for doc in read_documents(out, prefix=REMOVED_PREFIX)}
     return metadata, removed
+
+
+def _index_keys(folders: list[Path], kind: str) -> set[int]:
+    return {
+        key
+        for folder in folders
+        for path in (folder / "index" / kind).glob("part-*.npy")
+        for key in np.load(path).tolist()
+    }
 
 
 def test_a_later_snapshot_loses_what_an_earlier_one_had(pages, tmp_path):
@@ -211,7 +245,7 @@ def test_a_later_snapshot_loses_what_an_earlier_one_had(pages, tmp_path):
     second = [*repeats, *list(pages.values())[5:], _copy(first[1], "twice-in-second")]
     meta1, removed1 = _snapshot(tmp_path, "s1", first, [])
     assert meta1["funnel"] == {"docs_in": 5, "docs_out": 5, "removed": {}} and not removed1
-    meta2, removed2 = _snapshot(tmp_path, "s2", second, [tmp_path / "s1"])
+    meta2, removed2 = _snapshot(tmp_path, "s2", second, [str(tmp_path / "s1")])
     funnel = meta2["funnel"]
     assert funnel["docs_in"] == len(second) == funnel["docs_out"] + sum(funnel["removed"].values())
     assert funnel["removed"] == {"exact_duplicate": 2, "near_duplicate": 1}
@@ -226,7 +260,12 @@ def test_a_later_snapshot_loses_what_an_earlier_one_had(pages, tmp_path):
     # each snapshot stores only its own keys; together they equal one pass over both in order
     together = DedupIndex()
     list(deduplicate([*first, *second], DedupConfig(), together))
-    loaded = DedupIndex.load([tmp_path / "s1", tmp_path / "s2"])
-    assert set(loaded.earlier_paragraphs.tolist()) == together.paragraphs
-    assert set(loaded.earlier_bands.tolist()) == together.bands
-    assert (tmp_path / "s2" / INDEX_FILE).is_file()
+    snapshots = [tmp_path / "s1", tmp_path / "s2"]
+    assert _index_keys(snapshots, "paragraphs") == together.paragraphs
+    assert _index_keys(snapshots, "bands") == together.bands
+    assert meta1["index_paragraphs"] + meta2["index_paragraphs"] == len(together.paragraphs)
+    assert {path.name for path in (tmp_path / "s2").iterdir()} == {
+        "index",
+        *(path.name for path in (tmp_path / "s2").glob(f"{KEPT_PREFIX}-*.parquet")),
+        *(path.name for path in (tmp_path / "s2").glob(f"{REMOVED_PREFIX}-*.parquet")),
+    }

@@ -13,6 +13,7 @@ import pytest
 from pydantic import ValidationError
 from tokenizers import Tokenizer, models
 
+from marin_pipelines.engine import LocalEngine
 from marin_pipelines.tokenize import text_sources, tokenized_cache
 from marin_pipelines.tokenize.text_sources import read_chunk, text_chunks
 from marin_pipelines.tokenize.tokenized_cache import CacheConfig, TokenCache, build_cache, split_key
@@ -22,7 +23,9 @@ from marin_pipelines.tokenize.tokenizer import EOS
 def build(inputs: list[Path | str], tokenizer: Tokenizer, out: Path, workers: int = 1, **config) -> dict:
     out.mkdir(parents=True)
     work = out.with_name(f".{out.name}.work")
-    result = build_cache([str(p) for p in inputs], tokenizer, out, CacheConfig(**config), work, workers)
+    result = build_cache(
+        [str(p) for p in inputs], tokenizer, out, CacheConfig(**config), work, LocalEngine(workers)
+    )
     assert not work.exists()
     return result.info
 
@@ -173,7 +176,7 @@ def dying(chunk):  # SIGKILL ourselves half-way through the fourth chunk (read a
 
 tc.read_chunk = dying
 inputs, tokenizer, out, work = sys.argv[1:]
-tc.build_cache([inputs], Tokenizer.from_file(tokenizer), Path(out), tc.CacheConfig(), Path(work), 1)
+tc.build_cache([inputs], Tokenizer.from_file(tokenizer), Path(out), tc.CacheConfig(), Path(work))
 """
 
 
@@ -204,7 +207,7 @@ def test_resume_after_kill(tokenizer: Tokenizer, tmp_path: Path, make_docs, writ
 
     tokenizer_again = Tokenizer.from_file(str(tmp_path / "tokenizer.json"))
     tokenizer_again.encode_special_tokens = True
-    resumed = build_cache([str(inputs)], tokenizer_again, out, CacheConfig(), work, 1)
+    resumed = build_cache([str(inputs)], tokenizer_again, out, CacheConfig(), work)
     assert (resumed.chunks_reused, resumed.chunks_encoded) == (3, 5)
     assert len(finished) >= 6 and finished == {name: (out / name).stat().st_ino for name in finished}  # kept
     build([inputs], tokenizer_again, tmp_path / "uninterrupted")
