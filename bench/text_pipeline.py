@@ -48,7 +48,7 @@ def build_warc(folder: Path, copies: int) -> tuple[Path, int]:
 
 def ours(warc: Path, out: Path, workers: int, shard_docs: int) -> int:
     configs = {"web_documents": WebDocumentsConfig(shard_docs=shard_docs)}
-    funnels = process_crawl([warc], out, LocalEngine(workers), configs=configs)
+    funnels = process_crawl([warc], out, engine=LocalEngine(workers), configs=configs)
     return funnels["deduplicated_text"]["docs_out"]
 
 

@@ -20,8 +20,9 @@ import socket
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -45,6 +46,11 @@ class Engine(Protocol):
 
     def map(self, fn: Callable[[T], R], items: Sequence[T], progress: Progress | None = None) -> list[R]: ...
 
+    def session(self) -> AbstractContextManager[Engine]:
+        """The same engine for several maps in a row (a stage of several steps): its workers, or its
+        connection, start once for all of them."""
+        ...
+
 
 @dataclass(frozen=True)
 class LocalEngine:
@@ -56,19 +62,46 @@ class LocalEngine:
     start_method: Literal["fork", "spawn"] = "fork"
 
     def map(self, fn: Callable[[T], R], items: Sequence[T], progress: Progress | None = None) -> list[R]:
-        report = progress or (lambda done, total: None)
-        results: list[R] = []
         if self.workers <= 1 or len(items) <= 1:
-            for item in items:
-                results.append(fn(item))
-                report(len(results), len(items))
-            return results
+            return _in_order(map(fn, items), len(items), progress)
+        with self._pool(len(items)) as pool:
+            return _in_order(pool.map(fn, items), len(items), progress)
+
+    @contextmanager
+    def session(self) -> Iterator[Engine]:
+        if self.workers <= 1:
+            yield self
+            return
+        with self._pool(self.workers) as pool:
+            yield _Pooled(pool)
+
+    def _pool(self, size: int) -> ProcessPoolExecutor:
         context = multiprocessing.get_context(self.start_method)
-        with ProcessPoolExecutor(min(self.workers, len(items)), mp_context=context) as pool:
-            for result in pool.map(fn, items):
-                results.append(result)
-                report(len(results), len(items))
-        return results
+        return ProcessPoolExecutor(min(self.workers, size), mp_context=context)
+
+
+@dataclass(frozen=True)
+class _Pooled:
+    """A ``LocalEngine`` session: maps share one pool (forking workers costs tens of ms per map)."""
+
+    pool: ProcessPoolExecutor
+
+    def map(self, fn: Callable[[T], R], items: Sequence[T], progress: Progress | None = None) -> list[R]:
+        results = map(fn, items) if len(items) <= 1 else self.pool.map(fn, items)
+        return _in_order(results, len(items), progress)
+
+    @contextmanager
+    def session(self) -> Iterator[Engine]:
+        yield self
+
+
+def _in_order(results: Iterator[R], total: int, progress: Progress | None) -> list[R]:
+    done: list[R] = []
+    for result in results:
+        done.append(result)
+        if progress:
+            progress(len(done), total)
+    return done
 
 
 @dataclass(frozen=True)
@@ -84,15 +117,12 @@ class RayEngine:
     cpus_per_task: float = 1
 
     def map(self, fn: Callable[[T], R], items: Sequence[T], progress: Progress | None = None) -> list[R]:
-        import ray  # here: the local default and the command line's --help never pay for it
+        import ray
 
         report = progress or (lambda done, total: None)
         if not items:
             return []
-        started_here = not ray.is_initialized()
-        if started_here:
-            ray.init(address=self.address, log_to_driver=False, configure_logging=False)
-        try:
+        with self.session():
             task = ray.remote(_call).options(max_retries=self.max_retries, num_cpus=self.cpus_per_task)
             fn_ref = ray.put(fn)  # shipped once, not once per item
             index = {task.remote(fn_ref, item): i for i, item in enumerate(items)}
@@ -104,9 +134,20 @@ class RayEngine:
                 done += 1
                 report(done, len(items))
             return results
+
+    @contextmanager
+    def session(self) -> Iterator[Engine]:
+        """Connected for the block: to the cluster, unless this process is already (then left so)."""
+        import ray  # here: the local default and the command line's --help never pay for it
+
+        if ray.is_initialized():
+            yield self
+            return
+        ray.init(address=self.address, log_to_driver=False, configure_logging=False)
+        try:
+            yield self
         finally:
-            if started_here:
-                ray.shutdown()
+            ray.shutdown()
 
 
 def _call(fn: Callable[[T], R], item: T) -> R:
@@ -205,7 +246,7 @@ def _run_unit(
         for path, entry in zip(files, entries, strict=True):
             target = f"{root}/{entry['name']}"
             if local:
-                Path(target).parent.mkdir(parents=True, exist_ok=True)
+                _folder(Path(target).parent)
                 os.replace(path, target)
             else:
                 fs.put_file(str(path), target)
@@ -220,7 +261,7 @@ def _run_unit(
         blob = json.dumps(record).encode()
         done = f"{root}/{DONE}/{unit:05d}.json"
         if local:  # last, and atomically: a half-written record is never read
-            Path(done).parent.mkdir(exist_ok=True)
+            _folder(Path(done).parent)
             tmp = Path(f"{done}.tmp-{uuid.uuid4().hex[:8]}")
             tmp.write_bytes(blob)
             os.replace(tmp, done)
@@ -229,3 +270,9 @@ def _run_unit(
         return record
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _folder(path: Path) -> None:
+    """Make ``path`` if it is not there (a stat is cheaper than a failing mkdir on some file systems)."""
+    if not path.is_dir():
+        path.mkdir(parents=True, exist_ok=True)

@@ -46,13 +46,13 @@ def process_crawl(
     files = [f for path in warc_paths for f in find_warc_files(crawl_path(path))]
     steps = list(listed_files_and_text(EXPERIMENT, [str(f) for f in files], snapshot, **(configs or {})))
     store = ArtifactStore(out)
-    engine = engine or LocalEngine(1)
     artifacts = {}
-    for step in steps:
-        inputs = {name: artifacts[upstream.name] for name, upstream in step.inputs.items()}
-        ctx = StepContext(step, store, snapshot, log=progress, engine=engine)
-        artifacts[step.name] = build_step(ctx, inputs)
-        progress(f"{step.stage.name}: {artifacts[step.name].url}")
+    with (engine or LocalEngine(1)).session() as running:  # one pool (or connection) for every stage
+        for step in steps:
+            inputs = {name: artifacts[upstream.name] for name, upstream in step.inputs.items()}
+            ctx = StepContext(step, store, snapshot, log=progress, engine=running)
+            artifacts[step.name] = build_step(ctx, inputs)
+            progress(f"{step.stage.name}: {artifacts[step.name].url}")
     if not artifacts[steps[-1].name].metadata["funnel"]["docs_out"]:
         note(f"no documents left: {where_documents_ran_out(store, steps[-1:])}")
     return {step.stage.name: artifacts[step.name].metadata["funnel"] for step in steps[1:]}

@@ -126,6 +126,43 @@ def test_the_command_line_runs_on_a_named_cluster(ray_cluster, warc_files, tmp_p
     assert outputs(tmp_path / "ray") == outputs(tmp_path / "local")
 
 
+def test_tokenize_encodes_its_chunks_on_the_cluster(ray_cluster, warc_files, tmp_path):
+    """``marin-pipelines tokenize --engine ray``: chunks encoded by the cluster's workers, the same cache."""
+    text = tmp_path / "text"
+    text.mkdir()
+    for i in range(6):  # six files: six chunks, spread over both nodes
+        lines = [
+            json.dumps({"id": f"{i}-{j}", "text": f"document {j} of file {i}: " + "words " * j})
+            for j in range(40)
+        ]
+        (text / f"part-{i}.jsonl").write_text("\n".join(lines) + "\n")
+    cli = str(Path(sys.executable).parent / "marin-pipelines")
+    caches = {}
+    for name, flags in {
+        "local": ["--engine", "local", "--workers", "2"],
+        "ray": ["--engine", "ray", "--ray-address", ray_cluster.address],
+    }.items():
+        command = [
+            cli,
+            "tokenize",
+            "--input",
+            str(text),
+            "--out",
+            str(tmp_path / name),
+            "--vocab-size",
+            "300",
+        ]
+        done = subprocess.run([*command, *flags], capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout.strip().splitlines()[-1])["documents"] == 240
+        caches[name] = {
+            str(p.relative_to(tmp_path / name)): p.read_bytes()
+            for p in (tmp_path / name).rglob("*")
+            if p.is_file()
+        }
+    assert caches["ray"] == caches["local"] and "train/00005.bin" in caches["ray"]
+
+
 def test_snapshot_assets_run_their_shards_where_the_resource_says(ray_cluster, warc_files, tmp_path):
     """The engine resource is dagster-ray's (an existing cluster by address): the stages' shards run there,
     their progress reaches the run's event log, and the funnels equal the local engine's."""

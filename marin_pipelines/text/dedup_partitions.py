@@ -28,7 +28,8 @@ of each earlier snapshot's index, so no process ever loads a whole index.
 7. index (partitions): ``index/paragraphs/part-PPPPP.npy`` and ``index/bands/part-PPPPP.npy``, this
    snapshot's new keys, sorted unique uint64: what later snapshots read, one partition per task.
 
-Intermediates are uint64 ``.npy`` arrays under ``work/_shuffle``, removed at the end. A task's memory is about
+Intermediates are uint64 arrays under ``work/_shuffle``, one file per task and step holding a group per
+destination (``_save_groups``), removed at the end. A task's memory is about
 the snapshot's pairs / partitions plus the earlier index / partitions; the cluster task holds the colliding
 documents only.
 """
@@ -96,7 +97,6 @@ def deduplicate_snapshot(
 
     Writes the kept and removed shards and this snapshot's index into ``work``; returns the metadata.
     """
-    engine = engine or LocalEngine(1)
     shards = list_shards(source)
     plan = _Plan(config, str(work).rstrip("/"), len(shards), tuple(str(e).rstrip("/") for e in earlier))
     for snapshot in plan.earlier:
@@ -107,15 +107,16 @@ def deduplicate_snapshot(
     def step(name: str, task: Callable[..., Any], inputs: Sequence[Any], folder: str) -> list[Any]:
         folders.append(folder)
         report = progress(name) if progress else None
-        return map_units(engine, partial(task, plan), inputs, folder, report)
+        return map_units(running, partial(task, plan), inputs, folder, report)
 
-    step("keys", _keys, shards, plan.shuffle("keys"))
-    step("paragraphs", _paragraphs, partitions, plan.shuffle("paragraphs"))
-    step("signatures", _signatures, shards, plan.shuffle("signatures"))
-    step("buckets", _buckets, partitions, plan.shuffle("buckets"))
-    (clusters,) = step("clusters", _clusters, [None], plan.shuffle("clusters"))
-    funnels = step("filter", _filter, shards, plan.work)
-    index = step("index", _index, partitions, f"{plan.work}/{INDEX}")
+    with (engine or LocalEngine(1)).session() as running:  # one pool (or connection) for the seven steps
+        step("keys", _keys, shards, plan.shuffle("keys"))
+        step("paragraphs", _paragraphs, partitions, plan.shuffle("paragraphs"))
+        step("signatures", _signatures, shards, plan.shuffle("signatures"))
+        step("buckets", _buckets, partitions, plan.shuffle("buckets"))
+        (clusters,) = step("clusters", _clusters, [None], plan.shuffle("clusters"))
+        funnels = step("filter", _filter, shards, plan.work)
+        index = step("index", _index, partitions, f"{plan.work}/{INDEX}")
     for folder in folders:
         finish_units(folder)
     fs, root = fsspec.core.url_to_fs(plan.shuffle())
@@ -142,42 +143,40 @@ def _keys(plan: _Plan, unit: int, url: str, scratch: Path) -> dict[str, int]:
         keys = sorted(set(paragraph_keys(text)[1].values())) if plan.config.exact_paragraphs else []
         pairs.extend((key, unit << _ROW_BITS | row) for key in keys)
         counts.append(len(keys))
-    for p, part in enumerate(_by_partition(_rows(pairs, 2), plan)):
-        _save(scratch / "paragraphs" / _part(p) / _unit(unit), part)
-    _save(scratch / "counts" / _unit(unit), _rows(counts, 1)[:, 0])
+    _save_groups(scratch / f"paragraphs-{_unit(unit)}", _by_partition(_rows(pairs, 2), plan))
+    _save(scratch / f"counts-{_unit(unit)}", _rows(counts, 1)[:, 0])
     return {"documents": len(texts)}
 
 
 def _paragraphs(plan: _Plan, unit: int, p: int, scratch: Path) -> dict[str, int]:
     """Per partition: the seen occurrences (position, key, first seen in this snapshot), by shard, and the
     keys new to this snapshot."""
-    pairs = _gather((plan.shuffle("keys", "paragraphs", _part(p), _unit(u)) for u in range(plan.units)), 2)
+    pairs = _gather((plan.shuffle("keys", f"paragraphs-{_unit(u)}") for u in range(plan.units)), p, 2)
     pairs = pairs[np.lexsort((pairs[:, 1], pairs[:, 0]))]
     keys, positions = pairs[:, 0], pairs[:, 1]
     first = _starts(keys)
     old = np.isin(keys, _earlier_index(plan, "paragraphs", p))
     here = (~old & ~first).astype(np.uint64)
     drops = np.column_stack([positions, keys, here])[old | ~first]
-    for u, part in enumerate(_by_unit(drops, plan)):
-        _save(scratch / "drops" / _unit(u) / _part(p), part)
+    _save_groups(scratch / f"drops-{_part(p)}", _by_unit(drops, plan))
     new = keys[first & ~old]
-    _save(scratch / "new" / _part(p), new)
+    _save(scratch / f"new-{_part(p)}", new)
     return {"new_keys": len(new)}
 
 
 def _signatures(plan: _Plan, unit: int, url: str, scratch: Path) -> dict[str, int]:
     """Per shard: the exact duplicates (row, copy in this snapshot) and the seen paragraphs (row, key); the
     other documents' band keys, one row each (``bands``), and as (key, position) pairs by partition."""
-    counts = _load(plan.shuffle("keys", "counts", _unit(unit)))
+    counts = _load(plan.shuffle("keys", f"counts-{_unit(unit)}"))
     drops = _gather(
-        (plan.shuffle("paragraphs", "drops", _unit(unit), _part(p)) for p in range(plan.partitions)), 3
+        (plan.shuffle("paragraphs", f"drops-{_part(p)}") for p in range(plan.partitions)), unit, 3
     )
     rows = drops[:, 0] & _ROW_MASK
     dropped = np.bincount(rows.astype(np.int64), minlength=len(counts))
     here = np.bincount(rows[drops[:, 2] == 1].astype(np.int64), minlength=len(counts)) > 0
     exact = dropped == counts if plan.config.exact_paragraphs else np.zeros(len(counts), bool)
-    _save(scratch / "removed" / _unit(unit), np.column_stack([np.flatnonzero(exact), here[exact]]))
-    _save(scratch / "drops" / _unit(unit), np.column_stack([rows, drops[:, 1]]))
+    _save(scratch / f"removed-{_unit(unit)}", np.column_stack([np.flatnonzero(exact), here[exact]]))
+    _save(scratch / f"drops-{_unit(unit)}", np.column_stack([rows, drops[:, 1]]))
     candidates = np.flatnonzero(~exact)
     bands = _rows([], 0, len(candidates))
     if plan.config.fuzzy:
@@ -186,19 +185,18 @@ def _signatures(plan: _Plan, unit: int, url: str, scratch: Path) -> dict[str, in
         bands = _rows(
             [hasher.band_keys(hasher.signature(texts[row]["text"])) for row in candidates], hasher.bands
         )
-    _save(scratch / "bands" / _unit(unit), bands)
+    _save(scratch / f"bands-{_unit(unit)}", bands)
     positions = np.uint64(unit << _ROW_BITS) | candidates.astype(np.uint64)
     pairs = np.column_stack([bands.ravel(), np.repeat(positions, bands.shape[1])])
     pairs = np.unique(pairs, axis=0)  # a document's band keys once each
-    for p, part in enumerate(_by_partition(pairs, plan)):
-        _save(scratch / "bands" / _part(p) / _unit(unit), part)
+    _save_groups(scratch / f"band_pairs-{_unit(unit)}", _by_partition(pairs, plan))
     return {"exact_duplicates": int(exact.sum())}
 
 
 def _buckets(plan: _Plan, unit: int, p: int, scratch: Path) -> dict[str, int]:
     """Per partition: the colliding buckets, as (bucket, position) members and a flag per bucket for a hit in
     the earlier snapshots' band index."""
-    pairs = _gather((plan.shuffle("signatures", "bands", _part(p), _unit(u)) for u in range(plan.units)), 2)
+    pairs = _gather((plan.shuffle("signatures", f"band_pairs-{_unit(u)}") for u in range(plan.units)), p, 2)
     pairs = pairs[np.lexsort((pairs[:, 1], pairs[:, 0]))]
     starts = np.flatnonzero(_starts(pairs[:, 0]))
     sizes = np.diff(np.append(starts, len(pairs)))
@@ -207,10 +205,10 @@ def _buckets(plan: _Plan, unit: int, p: int, scratch: Path) -> dict[str, int]:
     bucket = np.repeat(np.cumsum(collides) - 1, sizes)
     members = np.repeat(collides, sizes)
     _save(
-        scratch / "members" / _part(p),
+        scratch / f"members-{_part(p)}",
         np.column_stack([bucket[members].astype(np.uint64), pairs[members, 1]]),
     )
-    _save(scratch / "earlier" / _part(p), hit[collides])
+    _save(scratch / f"earlier-{_part(p)}", hit[collides])
     return {"buckets": int(collides.sum())}
 
 
@@ -218,10 +216,10 @@ def _clusters(plan: _Plan, unit: int, _: None, scratch: Path) -> dict[str, int]:
     """The near duplicates (row, copy in this snapshot), by shard, and the size of the collision graph."""
     members, earlier, count = [], [], 0
     for p in range(plan.partitions):
-        part = _load(plan.shuffle("buckets", "members", _part(p)))
+        part = _load(plan.shuffle("buckets", f"members-{_part(p)}"))
         part[:, 0] += np.uint64(count)
         members.append(part)
-        earlier.append(_load(plan.shuffle("buckets", "earlier", _part(p))))
+        earlier.append(_load(plan.shuffle("buckets", f"earlier-{_part(p)}")))
         count += len(earlier[-1])
     pairs = np.concatenate(members)
     positions, doc = np.unique(pairs[:, 1], return_inverse=True)  # colliding documents, in stream order
@@ -240,9 +238,10 @@ def _clusters(plan: _Plan, unit: int, _: None, scratch: Path) -> dict[str, int]:
         else:
             for b in buckets:
                 claimed[b] = True
-    for u, part in enumerate(_by_unit(_rows(near, 2), plan)):
-        part[:, 0] &= _ROW_MASK
-        _save(scratch / "near" / _unit(u), part)
+    near_rows = _rows(near, 2)
+    units = near_rows[:, 0] >> np.uint64(_ROW_BITS)
+    near_rows[:, 0] &= _ROW_MASK
+    _save_groups(scratch / "near", _split(near_rows, units, plan.units))
     return {
         "documents": len(positions),
         "components": components,
@@ -253,10 +252,10 @@ def _clusters(plan: _Plan, unit: int, _: None, scratch: Path) -> dict[str, int]:
 def _filter(plan: _Plan, unit: int, url: str, scratch: Path) -> dict[str, Any]:
     """Per shard: the kept and removed shards, and the kept documents' band keys by partition (published into
     ``work/_shuffle/kept``)."""
-    exact = dict(_load(plan.shuffle("signatures", "removed", _unit(unit))).tolist())
-    near = dict(_load(plan.shuffle("clusters", "near", _unit(unit))).tolist())
+    exact = dict(_load(plan.shuffle("signatures", f"removed-{_unit(unit)}")).tolist())
+    near = dict(_load_group(plan.shuffle("clusters", "near"), unit, 2).tolist())
     seen: dict[int, set[int]] = {}
-    for row, key in _load(plan.shuffle("signatures", "drops", _unit(unit))).tolist():
+    for row, key in _load(plan.shuffle("signatures", f"drops-{_unit(unit)}")).tolist():
         seen.setdefault(row, set()).add(key)
     docs = read_shard(url)
 
@@ -279,16 +278,15 @@ def _filter(plan: _Plan, unit: int, url: str, scratch: Path) -> dict[str, Any]:
     candidate[list(exact)] = False
     kept = candidate.copy()
     kept[list(near)] = False
-    bands = np.unique(_load(plan.shuffle("signatures", "bands", _unit(unit)))[kept[candidate]])
-    for p, part in enumerate(_by_partition(bands, plan)):
-        _save(scratch / SHUFFLE / "kept" / _part(p) / _unit(unit), part)
+    bands = np.unique(_load(plan.shuffle("signatures", f"bands-{_unit(unit)}"))[kept[candidate]])
+    _save_groups(scratch / SHUFFLE / f"kept-{_unit(unit)}", _by_partition(bands, plan))
     return funnel.as_dict()
 
 
 def _index(plan: _Plan, unit: int, p: int, scratch: Path) -> dict[str, int]:
     """Per partition: this snapshot's index, its new paragraph keys and its kept documents' band keys."""
-    paragraphs = _load(plan.shuffle("paragraphs", "new", _part(p)))
-    bands = np.unique(_gather((plan.shuffle("kept", _part(p), _unit(u)) for u in range(plan.units)), 0))
+    paragraphs = _load(plan.shuffle("paragraphs", f"new-{_part(p)}"))
+    bands = np.unique(_gather((plan.shuffle(f"kept-{_unit(u)}") for u in range(plan.units)), p, 0))
     _save(scratch / "paragraphs" / _part(p), paragraphs)
     _save(scratch / "bands" / _part(p), bands)
     return {"paragraphs": len(paragraphs), "bands": len(bands)}
@@ -367,9 +365,10 @@ def _rows(values: Sequence[Any], width: int, count: int = -1) -> np.ndarray:
     return np.array(values, dtype=np.uint64).reshape(count, width)
 
 
-def _gather(urls: Iterable[str], width: int) -> np.ndarray:
-    """The arrays at ``urls`` end to end: rows of ``width`` columns (0: one value each)."""
-    arrays = [_load(url) for url in urls]
+def _gather(urls: Iterable[str], group: int, width: int) -> np.ndarray:
+    """Group ``group`` of each grouped file at ``urls``, end to end: rows of ``width`` columns (0: one value
+    each)."""
+    arrays = [_load_group(url, group, width) for url in urls]
     if arrays:
         return np.concatenate(arrays)
     return np.empty((0, width) if width else 0, np.uint64)
@@ -385,8 +384,37 @@ def _unit(u: int) -> str:
 
 def _save(path: Path, array: np.ndarray) -> None:
     """``path`` (without its ``.npy``) as uint64: every shuffle and index file holds keys or positions."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    if not path.parent.is_dir():
+        path.parent.mkdir(parents=True)
     np.save(path.with_name(f"{path.name}.npy"), np.ascontiguousarray(array, dtype=np.uint64))
+
+
+def _save_groups(path: Path, groups: list[np.ndarray]) -> None:
+    """The groups a task sends to every partition (or shard) in ONE file, ``path.groups``: a header (groups,
+    columns), each group's start row, then the rows (uint64). One file per task and step, not one per
+    destination: shards x partitions small files would make the shuffle cost more than the dedup."""
+    if not path.parent.is_dir():
+        path.parent.mkdir(parents=True)
+    width = groups[0].shape[1] if groups and groups[0].ndim == 2 else 0
+    starts = np.cumsum([0, *(len(g) for g in groups)], dtype=np.uint64)
+    with open(path.with_name(f"{path.name}.groups"), "wb") as f:
+        f.write(np.array([len(groups), width], np.uint64).tobytes())
+        f.write(starts.tobytes())
+        for group in groups:
+            f.write(np.ascontiguousarray(group, dtype=np.uint64).tobytes())
+
+
+def _load_group(url: str, group: int, width: int) -> np.ndarray:
+    """One group of a grouped file: the header, then only that group's bytes (a range read on a bucket)."""
+    fs, path = fsspec.core.url_to_fs(f"{url}.groups")
+    row = 8 * max(width, 1)
+    with fs.open(path, "rb") as f:
+        count, _ = np.frombuffer(f.read(16), np.uint64)
+        f.seek(16 + 8 * group)
+        start, end = (int(v) for v in np.frombuffer(f.read(16), np.uint64))
+        f.seek(16 + 8 * (int(count) + 1) + start * row)
+        values = np.frombuffer(f.read((end - start) * row), np.uint64)
+    return values.reshape(-1, width) if width else values
 
 
 def _load(url: str) -> np.ndarray:

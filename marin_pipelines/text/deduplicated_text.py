@@ -72,7 +72,7 @@ class DedupConfig(BaseModel):
     rows: int = Field(8, ge=1)
     seed: int = Field(1, ge=0)
     partitions: int = Field(
-        16,
+        4,
         ge=1,
         description="hash partitions of the scaled-out dedup and of the index it keeps: each reduce task "
         "holds 1/partitions of the snapshot's keys and of the earlier snapshots' index; about 1024 for a "
@@ -218,4 +218,3 @@ class MinHasher:
         """One 64-bit key per band: xxh3 of the band's row values, seeded with the band's index."""
         bands = signature.reshape(self.bands, self.rows)
         return [xxhash.xxh3_64_intdigest(band.tobytes(), seed=i) for i, band in enumerate(bands)]
-

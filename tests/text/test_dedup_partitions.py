@@ -4,7 +4,8 @@
 import random
 import shutil
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -248,6 +249,10 @@ class Stopping:
             if progress:
                 progress(len(results), len(items))
         return results
+
+    @contextmanager
+    def session(self) -> Iterator["Stopping"]:
+        yield self
 
 
 def test_a_rerun_does_only_the_units_without_a_done_record(corpus, tmp_path):
