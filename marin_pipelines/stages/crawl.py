@@ -29,6 +29,13 @@ from marin_pipelines.store import Artifact, ArtifactStore, PendingArtifact
 
 Snapshots = dict[str, Artifact]  # an upstream's output for every crawl snapshot, by snapshot key
 FUNNEL = {"funnel": Check(funnel_conserved)}
+# a document stage: one output per crawl snapshot, its funnel checked, its units run on the engine resource
+PER_SNAPSHOT: dict[str, Any] = {
+    "partitioning": "snapshot",
+    "checks": FUNNEL,
+    "kinds": ("parquet",),
+    "needs": ("engine",),
+}
 
 
 class CrawlConfig(BaseModel):
@@ -118,14 +125,7 @@ def listed_warc_files(ctx: StepContext, out: PendingArtifact, config: ListedFile
     )
 
 
-@stage(
-    WebDocumentsConfig,
-    revision=2,
-    partitioning="snapshot",
-    kinds=("parquet",),
-    checks=FUNNEL,
-    needs=("engine",),
-)
+@stage(WebDocumentsConfig, revision=2, **PER_SNAPSHOT)
 def web_documents(
     ctx: StepContext, out: PendingArtifact, config: WebDocumentsConfig, crawl: Artifact
 ) -> None:

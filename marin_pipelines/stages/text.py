@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 from marin_pipelines.documents import run_stage
-from marin_pipelines.stages.crawl import FUNNEL
+from marin_pipelines.stages.crawl import PER_SNAPSHOT
 from marin_pipelines.steps import StepContext, stage
 from marin_pipelines.store import Artifact, PendingArtifact
 from marin_pipelines.text.dedup_partitions import deduplicate_snapshot
 from marin_pipelines.text.deduplicated_text import DedupConfig
 from marin_pipelines.text.extracted_text import ExtractConfig, extract_text
 from marin_pipelines.text.filtered_text import FilterConfig, filter_text
-
-PER_SNAPSHOT = {"partitioning": "snapshot", "checks": FUNNEL, "kinds": ("parquet",), "needs": ("engine",)}
 
 
 @stage(ExtractConfig, revision=2, **PER_SNAPSHOT)
