@@ -14,9 +14,10 @@ from pathlib import Path
 
 import numpy as np
 
-from marin_pipelines.train.checkpoint import TrainConfig, train
 from marin_pipelines.train.model import preset
 from marin_pipelines.train.throughput import measure_matmul_peak
+from marin_pipelines.train.train_config import TrainConfig
+from marin_pipelines.train.trainer import train
 
 VOCAB = 4096
 RUNS = {  # name: (size, seq_len, batch_size, steps)

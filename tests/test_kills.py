@@ -17,8 +17,7 @@ from tiny_pipeline import tiny_experiment
 
 from marin_pipelines.experiment import Experiment
 from marin_pipelines.store import ArtifactStore
-from marin_pipelines.train.checkpoint import load_params
-from marin_pipelines.train.resume import params_sha256
+from marin_pipelines.train.checkpoint import load_params, params_sha256
 
 # stage kinds, in the order they run: each is killed once, at a random moment of its reference duration
 KILLED_IN = ("extracted_text", "tokenized_cache", "checkpoint", "eval_results")

@@ -19,8 +19,8 @@ def print_info(directory: str, step: int | None) -> int:
     import jax
     from upath import UPath
 
-    from marin_pipelines.train.checkpoint import CHECKPOINTS_DIR, load_params
-    from marin_pipelines.train.resume import Checkpoints, params_sha256
+    from marin_pipelines.train.checkpoint import Checkpoints, load_params, params_sha256
+    from marin_pipelines.train.train_config import CHECKPOINTS_DIR
 
     _, params, config, step = load_params(directory, step)
     with Checkpoints(UPath(directory) / CHECKPOINTS_DIR) as checkpoints:

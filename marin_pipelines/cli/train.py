@@ -86,9 +86,9 @@ def run_train(args: argparse.Namespace) -> int:
     from marin_pipelines.tokenize.data_mixture import MixtureLoader
     from marin_pipelines.tokenize.tokenized_cache import TokenCache
     from marin_pipelines.tokenize.tokenizer import TOKENIZER_FILE
-    from marin_pipelines.train.checkpoint import train
     from marin_pipelines.train.run_config import load_run_config
     from marin_pipelines.train.tracking import wandb_run
+    from marin_pipelines.train.trainer import train
 
     run = load_run_config(args.config)
     if args.steps is not None:

@@ -18,10 +18,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from marin_pipelines.store import read_url
-
-# The names marin_pipelines.train.checkpoint writes; not imported from there, which would load JAX.
-METRICS_FILE = "metrics.jsonl"
-TRAIN_FILE = "train.json"
+from marin_pipelines.train.train_config import METRICS_FILE, TRAIN_FILE  # no JAX
 
 COMPARISON_FILE = "comparison.json"
 LOSS_CURVES_FILE = "loss_curves.png"

@@ -19,8 +19,8 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FormatStrFormatter
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from marin_pipelines.train.checkpoint import TrainConfig
 from marin_pipelines.train.model import MODEL_SIZES, LlamaConfig, preset
+from marin_pipelines.train.train_config import TrainConfig
 
 
 def ladder_steps(budget_flops: float, flops_per_token: float, tokens_per_step: int) -> int:

@@ -28,8 +28,8 @@ from matplotlib.figure import Figure
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from marin_pipelines.scaling.scaling_law import ladder_steps
-from marin_pipelines.train.checkpoint import TrainConfig
 from marin_pipelines.train.model import LlamaConfig
+from marin_pipelines.train.train_config import TrainConfig
 
 SUBMISSIONS_PACKAGE = "marin_pipelines.experiments.speedrun"
 SHAPE_FIELDS = ("d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff")

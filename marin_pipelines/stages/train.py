@@ -16,11 +16,11 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from marin_pipelines.scaling.scaling_law import LadderConfig, budget_key
 from marin_pipelines.steps import Check, InputError, Launcher, StepContext, stage
 from marin_pipelines.store import Artifact, PendingArtifact, read_url
-from marin_pipelines.tokenize.data_mixture import MixtureConfig, batch_counts
+from marin_pipelines.tokenize.data_mixture import MixtureConfig
 from marin_pipelines.tokenize.tokenized_cache import TokenCache
-from marin_pipelines.train.checkpoint import LOSS_CURVE_FILE, TRAIN_FILE, TrainConfig
 from marin_pipelines.train.model import MODEL_SIZES, LlamaConfig, preset
 from marin_pipelines.train.run_config import RunConfig
+from marin_pipelines.train.train_config import LOSS_CURVE_FILE, TRAIN_FILE, TrainConfig
 
 RUN_CONFIG_FILE = "run.yaml"
 
@@ -52,15 +52,14 @@ class TrainRunConfig(BaseModel):
     model: ModelChoice = ModelChoice()
     train: TrainConfig = TrainConfig()
     data_mixture: MixtureConfig = Field(
-        MixtureConfig(), description="token caches and their weights in every training batch"
+        MixtureConfig(), description="token caches and their weights in every training batch, by stage"
     )
     target: dict[str, Any] | None = None
 
     @model_validator(mode="after")
     def _every_source_in_every_batch(self) -> TrainRunConfig:
         if self.target is None:  # a target's batch size comes from the ladder's rule, checked when it runs
-            weights = {name: source.weight for name, source in self.data_mixture.sources.items()}
-            batch_counts(weights, self.train.batch_size)
+            self.data_mixture.batch_counts(self.train.batch_size)
         return self
 
     def resolve(self, vocab_size: int) -> tuple[LlamaConfig, TrainConfig]:
@@ -95,10 +94,10 @@ LOSS_CHECK = {"loss_finite_and_falling": Check(loss_finite_and_falling)}
 
 def check_trainable(cache: Artifact, mixture: MixtureConfig, model: LlamaConfig, train: TrainConfig) -> None:
     """Before a run is launched: every source of its mixture is a token cache with at least one sequence
-    of training tokens and gets rows of every batch. Otherwise an error naming the source and the cache,
-    here, rather than from inside the launched process."""
+    of training tokens and gets rows of every batch of the stages that weigh it. Otherwise an error naming
+    the source and the cache, here, rather than from inside the launched process."""
     try:
-        batch_counts({name: source.weight for name, source in mixture.sources.items()}, train.batch_size)
+        mixture.batch_counts(train.batch_size)
     except ValueError as e:
         raise InputError(str(e)) from None
     need = model.seq_len + 1

@@ -1,9 +1,13 @@
-"""Data mixtures: weights over token caches, with fixed per-source counts in every batch.
+"""Data mixtures: weights over token caches, with fixed per-source counts in every batch, and weights that
+may change at given steps (a run that cools down on a high-quality mixture).
 
 As in Levanter's stable mixtures, a weight becomes a whole number of sequences per batch (largest
 remainders), so batch ``k`` always holds the same share of each source and is computed directly:
 each source has its own keyed-shuffled ``SequenceLoader`` (seeded by the run seed and the source's
 name), and a batch is their rows stacked in source order. Each source keeps its own validation split.
+With stages, a source's position at step ``k`` is the sum over the stages before ``k`` of its count times
+their steps: still O(stages) for any step, deterministic across restarts, and no sequence read twice or
+skipped at a stage boundary.
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ import math
 
 import numpy as np
 import xxhash
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from marin_pipelines.tokenize.sequence_loader import SequenceLoader
 from marin_pipelines.tokenize.tokenized_cache import TokenCache, TokenSplit
@@ -27,25 +31,65 @@ class MixtureSource(BaseModel):
     weight: float = Field(gt=0, description="relative share of each batch")
 
 
+class MixtureStage(BaseModel):
+    """From training step ``start`` on, these weights; a source left out gets no rows."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    start: int = Field(gt=0, description="the first training step of the stage")
+    weights: dict[str, float] = Field(min_length=1, description="relative shares by source name (>= 0)")
+
+
 class MixtureConfig(BaseModel):
-    """Sources by name; weights are relative (normalised over the sources)."""
+    """Sources by name; weights are relative (normalised over the sources). ``stages`` change them from
+    a step on (Levanter's ``train_weights`` as a list of (step, weights))."""
 
     model_config = ConfigDict(extra="forbid")
 
     sources: dict[str, MixtureSource] = Field(
         default_factory=lambda: {"main": MixtureSource(weight=1.0)}, min_length=1
     )
+    stages: list[MixtureStage] = Field(
+        default_factory=list,
+        description="later stages of the run, by first step; until the first, the sources' own weights",
+    )
+
+    @model_validator(mode="after")
+    def _stages_name_sources_in_order(self) -> MixtureConfig:
+        starts = [stage.start for stage in self.stages]
+        if starts != sorted(set(starts)):
+            raise ValueError(f"stages: their start steps must increase, got {starts}")
+        for stage in self.stages:
+            if unknown := sorted(set(stage.weights) - set(self.sources)):
+                raise ValueError(
+                    f"stages (start {stage.start}): {unknown} are not sources: {sorted(self.sources)}"
+                )
+            if any(w < 0 for w in stage.weights.values()) or not any(stage.weights.values()):
+                raise ValueError(f"stages (start {stage.start}): weights must be >= 0, one of them > 0")
+        return self
+
+    def schedule(self) -> list[tuple[int, dict[str, float]]]:
+        """(first step, weight of every source) for each stage, the first from step 0."""
+        first = (0, {name: source.weight for name, source in self.sources.items()})
+        later = [(s.start, {name: s.weights.get(name, 0.0) for name in self.sources}) for s in self.stages]
+        return [first, *later]
+
+    def batch_counts(self, batch_size: int) -> list[tuple[int, dict[str, int]]]:
+        """(first step, sequences per batch of every source) for each stage; an error names a source that
+        a stage weighs but that would get no row."""
+        return [(start, batch_counts(weights, batch_size)) for start, weights in self.schedule()]
 
 
 def batch_counts(weights: dict[str, float], batch_size: int) -> dict[str, int]:
-    """Sequences per batch for each source: shares of ``batch_size`` rounded by largest remainder."""
+    """Sequences per batch for each source: shares of ``batch_size`` rounded by largest remainder (a source
+    of weight 0 gets none)."""
     total = sum(weights.values())
     exact = {name: batch_size * w / total for name, w in weights.items()}
     counts = {name: math.floor(x) for name, x in exact.items()}
     by_remainder = sorted(exact, key=lambda name: (counts[name] - exact[name], list(exact).index(name)))
     for name in by_remainder[: batch_size - sum(counts.values())]:
         counts[name] += 1
-    if starved := [name for name, n in counts.items() if n == 0]:
+    if starved := [name for name, n in counts.items() if n == 0 and weights[name] > 0]:
         raise ValueError(
             f"data_mixture: sources {starved} get 0 of {batch_size} sequences per batch; "
             "raise their weight or the batch size"
@@ -66,26 +110,39 @@ class MixtureLoader:
     def __init__(
         self,
         caches: dict[str, TokenCache],
-        weights: dict[str, float],
+        weights: dict[str, float] | list[tuple[int, dict[str, float]]],
         seq_len: int,
         batch_size: int,
         seed: int,
     ):
+        """``weights`` by source, or a schedule of them: (first step, weights) per stage, the first at 0."""
         _check_one_tokenizer(caches)
         self.caches = caches
         self.seq_len, self.batch_size = seq_len, batch_size
-        self.counts = batch_counts(weights, batch_size)
+        schedule = [(0, weights)] if isinstance(weights, dict) else weights
+        self.stages = [(start, batch_counts(w, batch_size)) for start, w in schedule]
         self.loaders = {}
         for name, cache in caches.items():
             try:
                 self.loaders[name] = SequenceLoader(
-                    cache.train, seq_len, self.counts[name], xxhash.xxh64_intdigest(f"{seed}:{name}".encode())
+                    cache.train, seq_len, batch_size, xxhash.xxh64_intdigest(f"{seed}:{name}".encode())
                 )
             except ValueError as e:
                 raise ValueError(
                     f"data source {name!r} (token cache {cache.url}), train split: {e}; "
                     "lower the model's seq_len or give it more text"
                 ) from None
+
+    def counts(self, step: int) -> dict[str, int]:
+        """Sequences of each source in ``batch(step)``."""
+        return next(counts for start, counts in reversed(self.stages) if start <= step)
+
+    def consumed(self, name: str, step: int) -> int:
+        """Sequences of source ``name`` in the batches before ``step``: where its rows of ``step`` start."""
+        total = 0
+        for (start, counts), (end, _) in zip(self.stages, [*self.stages[1:], (step, None)], strict=True):
+            total += counts[name] * max(0, min(step, end) - start)
+        return total
 
     @classmethod
     def from_config(
@@ -94,8 +151,7 @@ class MixtureLoader:
         """Open each source (``default_cache`` where a source names none); all share one tokenizer."""
         caches = {name: TokenCache(src.cache or default_cache) for name, src in config.sources.items()}
         _check_one_tokenizer({**caches, "(the experiment's tokenized_cache)": TokenCache(default_cache)})
-        weights = {name: src.weight for name, src in config.sources.items()}
-        return cls(caches, weights, seq_len, batch_size, seed)
+        return cls(caches, config.schedule(), seq_len, batch_size, seed)
 
     @property
     def validation(self) -> dict[str, TokenSplit]:
@@ -111,9 +167,10 @@ class MixtureLoader:
         if not 0 <= start <= stop <= self.batch_size:
             raise ValueError(f"rows {start}:{stop} are outside a batch of {self.batch_size}")
         parts, offset = [], 0
-        for name, loader in self.loaders.items():
-            low, high = max(start, offset), min(stop, offset + self.counts[name])
+        for name, count in self.counts(step).items():
+            low, high = max(start, offset), min(stop, offset + count)
             if low < high:
-                parts.append(loader.rows(step, low - offset, high - offset))
-            offset += self.counts[name]
+                first = self.consumed(name, step) + low - offset
+                parts.append(self.loaders[name].samples(first, high - low))
+            offset += count
         return np.concatenate(parts) if parts else np.empty((0, self.seq_len + 1), np.int32)

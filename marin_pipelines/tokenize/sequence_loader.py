@@ -97,8 +97,12 @@ class SequenceLoader:
             raise ValueError(f"step must be >= 0, got {step}")
         if not 0 <= start <= stop <= self.batch_size:
             raise ValueError(f"rows {start}:{stop} are outside a batch of {self.batch_size}")
-        first = step * self.batch_size
-        samples = np.arange(first + start, first + stop, dtype=np.int64)
+        return self.samples(step * self.batch_size + start, stop - start)
+
+    def samples(self, first: int, count: int) -> np.ndarray:
+        """Samples ``first`` to ``first + count`` of the stream of windows (epoch after epoch): what a
+        mixture whose shares change by step reads, each source from where its earlier steps left it."""
+        samples = np.arange(first, first + count, dtype=np.int64)
         epochs, positions = np.divmod(samples, self.num_sequences)
         windows = np.empty(len(samples), np.int64)
         for epoch in np.unique(epochs).tolist():

@@ -22,9 +22,8 @@ from safetensors.numpy import save_file
 from upath import UPath
 
 from marin_pipelines.tokenize.tokenizer import TOKENIZER_FILE
-from marin_pipelines.train.checkpoint import load_params
+from marin_pipelines.train.checkpoint import flatten, load_params
 from marin_pipelines.train.model import LlamaConfig
-from marin_pipelines.train.resume import flatten
 
 WEIGHTS_FILE = "model.safetensors"
 CONFIG_FILE = "config.json"

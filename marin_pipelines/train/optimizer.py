@@ -14,7 +14,7 @@ import optax
 from flax import nnx
 
 if TYPE_CHECKING:
-    from marin_pipelines.train.checkpoint import TrainConfig
+    from marin_pipelines.train.train_config import TrainConfig
 
 
 def learning_rate_schedule(config: TrainConfig) -> optax.Schedule:

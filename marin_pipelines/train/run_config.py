@@ -15,8 +15,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from marin_pipelines.config_errors import describe, field_problems
 from marin_pipelines.store import read_url, write_url
 from marin_pipelines.tokenize.data_mixture import MixtureConfig
-from marin_pipelines.train.checkpoint import TrainConfig
 from marin_pipelines.train.model import MODEL_SIZES, LlamaConfig
+from marin_pipelines.train.train_config import TrainConfig
 
 
 class RunConfig(BaseModel):

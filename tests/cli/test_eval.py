@@ -16,8 +16,9 @@ from marin_pipelines.tokenize.tokenizer import (
     load_tokenizer,
     train_tokenizer,
 )
-from marin_pipelines.train.checkpoint import TrainConfig, train
 from marin_pipelines.train.model import LlamaConfig
+from marin_pipelines.train.train_config import TrainConfig
+from marin_pipelines.train.trainer import train
 
 TEXTS = [line for f in sorted(SHIPPED_TASKS_DIR.glob("*.jsonl")) for line in f.read_text().splitlines()]
 

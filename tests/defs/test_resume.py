@@ -14,8 +14,7 @@ from tiny_pipeline import tiny_run, tiny_tokens
 from marin_pipelines.defs.local_run import materialize_experiment
 from marin_pipelines.experiment import Experiment
 from marin_pipelines.store import ArtifactStore
-from marin_pipelines.train.checkpoint import load_params
-from marin_pipelines.train.resume import params_sha256
+from marin_pipelines.train.checkpoint import load_params, params_sha256
 
 TRAIN = {"steps": 60, "checkpoint_every": 20}  # over the tiny pipeline's run config
 

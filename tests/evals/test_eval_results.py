@@ -7,8 +7,10 @@ import pytest
 from flax import nnx
 
 from marin_pipelines.evals.eval_results import evaluate_bpb
-from marin_pipelines.train.checkpoint import TrainConfig, load_checkpoint, train
+from marin_pipelines.train.checkpoint import load_checkpoint
 from marin_pipelines.train.model import Llama, LlamaConfig
+from marin_pipelines.train.train_config import TrainConfig
+from marin_pipelines.train.trainer import train
 
 VOCAB = 40
 MODEL = LlamaConfig(vocab_size=VOCAB, seq_len=16, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=64)

@@ -16,8 +16,10 @@ from marin_pipelines.evals.checkpoint_eval import (
 from marin_pipelines.evals.lm_eval_adapter import JaxLM
 from marin_pipelines.evals.lm_eval_tasks import SHIPPED_TASKS, SHIPPED_TASKS_DIR, run_tasks, task_scores
 from marin_pipelines.tokenize.tokenizer import EOS, TokenizerConfig, train_tokenizer
-from marin_pipelines.train.checkpoint import TrainConfig, load_checkpoint, train
+from marin_pipelines.train.checkpoint import load_checkpoint
 from marin_pipelines.train.model import Llama, LlamaConfig
+from marin_pipelines.train.train_config import TrainConfig
+from marin_pipelines.train.trainer import train
 
 SEQ_LEN = 64
 

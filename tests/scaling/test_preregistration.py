@@ -8,7 +8,7 @@ from marin_pipelines.experiments.defaults import (
     train,
 )
 from marin_pipelines.steps import StepError
-from marin_pipelines.train.checkpoint import TrainConfig
+from marin_pipelines.train.train_config import TrainConfig
 
 
 def target_for(ladder: dict) -> Target:

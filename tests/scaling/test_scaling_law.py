@@ -12,8 +12,8 @@ from marin_pipelines.scaling.scaling_law import (
     ladder_steps,
     plot_scaling_law,
 )
-from marin_pipelines.train.checkpoint import TrainConfig
 from marin_pipelines.train.model import preset
+from marin_pipelines.train.train_config import TrainConfig
 
 TRUE = {"A": 40.0, "alpha": 0.08, "beta": 0.12}
 

@@ -15,8 +15,8 @@ from marin_pipelines.scaling.speedrun import (
     submission_slopes,
 )
 from marin_pipelines.tokenize.sequence_loader import SequenceLoader
-from marin_pipelines.train.checkpoint import train
 from marin_pipelines.train.model import MODEL_SIZES
+from marin_pipelines.train.trainer import train
 
 
 def result(name: str, flops: float, bpb: float) -> dict:

@@ -49,7 +49,7 @@ def test_every_batch_holds_fixed_counts(caches: dict[str, Path]) -> None:
         sources={"web": {"weight": 3}, "books": {"cache": str(caches["books"]), "weight": 1}}
     )
     loader = MixtureLoader.from_config(config, str(caches["web"]), seq_len=16, batch_size=8, seed=0)
-    assert loader.counts == {"web": 6, "books": 2}
+    assert loader.counts(0) == {"web": 6, "books": 2}
     web, books = windows(caches["web"], 16), windows(caches["books"], 16)
     for step in (0, 1, 77, 5000):
         batch = loader.batch(step)
@@ -68,7 +68,7 @@ def test_every_batch_holds_fixed_counts(caches: dict[str, Path]) -> None:
 
 def test_one_source_is_the_plain_loader(caches: dict[str, Path]) -> None:
     loader = MixtureLoader.from_config(MixtureConfig(), str(caches["web"]), seq_len=16, batch_size=4, seed=2)
-    assert loader.counts == {"main": 4}
+    assert loader.counts(0) == {"main": 4}
     np.testing.assert_array_equal(loader.batch(3), loader.loaders["main"].batch(3))
 
 
@@ -84,3 +84,57 @@ def test_sources_must_share_the_tokenizer(
     )
     with pytest.raises(ValueError, match="different tokenizers"):
         MixtureLoader.from_config(config, str(caches["web"]), seq_len=4, batch_size=4, seed=0)
+
+
+def test_a_staged_mixture_changes_shares_at_its_steps_and_seeks_in_o1(caches: dict[str, Path]) -> None:
+    """3:1 web:books, then books only from step 5 (a cooldown), then 1:1 from step 9: each batch holds the
+    stage's counts, and each source's rows over the steps are its own stream read once, in order, across
+    the stage boundaries; any step is computed alone and equals the same step of another loader."""
+    config = MixtureConfig(
+        sources={"web": {"weight": 3}, "books": {"cache": str(caches["books"]), "weight": 1}},
+        stages=[{"start": 5, "weights": {"books": 1}}, {"start": 9, "weights": {"web": 1, "books": 1}}],
+    )
+    loader = MixtureLoader.from_config(config, str(caches["web"]), seq_len=16, batch_size=8, seed=0)
+    counts = [loader.counts(step) for step in range(12)]
+    assert counts[:5] == [{"web": 6, "books": 2}] * 5
+    assert counts[5:9] == [{"web": 0, "books": 8}] * 4
+    assert counts[9:] == [{"web": 4, "books": 4}] * 3
+    web, books = windows(caches["web"], 16), windows(caches["books"], 16)
+    rows = {"web": [], "books": []}
+    for step in range(12):
+        batch, offset = loader.batch(step), 0
+        for name in ("web", "books"):
+            rows[name] += [tuple(r) for r in batch[offset : offset + counts[step][name]]]
+            offset += counts[step][name]
+    assert all(r in web for r in rows["web"]) and all(r in books for r in rows["books"])
+    for (
+        name,
+        got,
+    ) in rows.items():  # contiguous in each source's own stream: nothing repeated, nothing skipped
+        stream = loader.loaders[name].samples(0, len(got))
+        assert got == [tuple(r) for r in stream]
+    assert (loader.consumed("web", 12), loader.consumed("books", 12)) == (
+        5 * 6 + 3 * 4,
+        5 * 2 + 4 * 8 + 3 * 4,
+    )
+    fresh = MixtureLoader.from_config(config, str(caches["web"]), seq_len=16, batch_size=8, seed=0)
+    np.testing.assert_array_equal(fresh.batch(10_000), loader.batch(10_000))  # a restart, far on
+    np.testing.assert_array_equal(fresh.rows(7, 3, 6), loader.batch(7)[3:6])  # one host's share
+
+
+def test_stages_are_checked_against_the_sources() -> None:
+    sources = {"web": {"weight": 1}, "books": {"weight": 1}}
+    with pytest.raises(ValidationError, match=r"\['code'\] are not sources"):
+        MixtureConfig(sources=sources, stages=[{"start": 3, "weights": {"code": 1}}])
+    with pytest.raises(ValidationError, match="start steps must increase"):
+        MixtureConfig(
+            sources=sources,
+            stages=[{"start": 5, "weights": {"web": 1}}, {"start": 5, "weights": {"books": 1}}],
+        )
+    with pytest.raises(ValidationError, match="one of them > 0"):
+        MixtureConfig(sources=sources, stages=[{"start": 3, "weights": {"web": 0}}])
+    config = MixtureConfig(sources={"common": {"weight": 1}, "rare": {"weight": 1}}, stages=[
+        {"start": 4, "weights": {"common": 0.99, "rare": 0.01}}
+    ])  # fmt: skip
+    with pytest.raises(ValueError, match=r"sources \['rare'\] get 0 of 16"):
+        config.batch_counts(16)

@@ -7,10 +7,11 @@ import pytest
 from flax import nnx
 from pydantic import ValidationError
 
-from marin_pipelines.train.checkpoint import TrainConfig, load_checkpoint, load_params, train
+from marin_pipelines.train.checkpoint import load_checkpoint, load_params, params_sha256
 from marin_pipelines.train.model import Llama, LlamaConfig
 from marin_pipelines.train.optimizer import decay_mask, learning_rate_schedule
-from marin_pipelines.train.resume import params_sha256
+from marin_pipelines.train.train_config import TrainConfig
+from marin_pipelines.train.trainer import train
 
 MODEL = LlamaConfig(vocab_size=32, seq_len=16, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=64)
 TRAIN = TrainConfig(

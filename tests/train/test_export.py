@@ -7,8 +7,9 @@ import pytest
 from safetensors.numpy import load_file
 from test_checkpoint import MODEL, TRAIN, repeating_batches
 
-from marin_pipelines.train.checkpoint import load_checkpoint, train
+from marin_pipelines.train.checkpoint import load_checkpoint
 from marin_pipelines.train.export import export_hf
+from marin_pipelines.train.trainer import train
 
 
 def rms_norm(x, weight, eps):

@@ -14,9 +14,8 @@ import yaml
 from test_train_cli import ENV, run_config, saved_steps, train_command
 
 from marin_pipelines.tokenize.data_mixture import MixtureConfig, MixtureLoader, MixtureSource
-from marin_pipelines.train.checkpoint import load_params
+from marin_pipelines.train.checkpoint import load_params, params_sha256
 from marin_pipelines.train.distributed import ProcessGroup, local_env, process_group
-from marin_pipelines.train.resume import params_sha256
 
 STEPS = 20
 CONFIG = run_config("micro", STEPS, warmup_steps=2, checkpoint_every=4, log_every=10)

@@ -16,8 +16,7 @@ from upath import UPath
 
 from marin_pipelines.cli import main
 from marin_pipelines.store import ArtifactStore
-from marin_pipelines.train.checkpoint import load_params
-from marin_pipelines.train.resume import params_sha256
+from marin_pipelines.train.checkpoint import load_params, params_sha256
 
 STEPS = 30
 CONFIG = run_config("micro", STEPS, warmup_steps=3, checkpoint_every=5, log_every=10)

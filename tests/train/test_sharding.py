@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 from test_checkpoint import MODEL, TRAIN, read_metrics, repeating_batches
 
-from marin_pipelines.train.checkpoint import train
+from marin_pipelines.train.trainer import train
 
 SHORT = TRAIN.model_copy(update={"steps": 15})
 FOUR_DEVICES = f"""
@@ -17,7 +17,7 @@ import json, sys
 sys.path.insert(0, {str(Path(__file__).parent)!r})
 import jax
 from test_checkpoint import MODEL, TRAIN, repeating_batches
-from marin_pipelines.train.checkpoint import train
+from marin_pipelines.train.trainer import train
 from marin_pipelines.train.sharding import data_mesh, state_shardings
 assert jax.device_count() == 4
 config = TRAIN.model_copy(update={{"steps": 15}})

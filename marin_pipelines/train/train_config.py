@@ -1,0 +1,51 @@
+"""What a training run is configured with, and the files its directory holds: plain pydantic, no JAX, so
+that run configs, the scaling recipe and comparisons can use it without loading an accelerator runtime."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+CHECKPOINTS_DIR = "checkpoints"  # orbax steps (train/checkpoint.py)
+MODEL_FILE = "model.json"
+TRAIN_FILE = "train.json"  # config + summary
+METRICS_FILE = "metrics.jsonl"  # one line per step
+LOSS_CURVE_FILE = "loss_curve.png"
+
+
+class TrainConfig(BaseModel):
+    """Optimisation, bad-update skipping, checkpointing and parallelism of one run."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    steps: int = Field(default=300, gt=0)
+    batch_size: int = Field(default=16, gt=0)
+    learning_rate: float = Field(default=3e-3, gt=0)
+    lr_schedule: Literal["cosine", "wsd"] = "cosine"
+    warmup_steps: int = Field(default=30, ge=0)
+    decay_fraction: float = Field(default=0.2, gt=0, le=1, description="wsd: share of steps spent decaying")
+    min_lr_ratio: float = Field(default=0.1, ge=0, le=1)
+    weight_decay: float = Field(default=0.1, ge=0)
+    beta1: float = Field(default=0.9, ge=0, lt=1)
+    beta2: float = Field(default=0.95, ge=0, lt=1)
+    grad_clip: float = Field(default=1.0, gt=0)
+    z_loss_weight: float = Field(default=0.0, ge=0, description="weight of mean logsumexp(logits)^2 (PaLM)")
+    spike_window: int = Field(default=64, ge=0, description="losses in the spike window; 0: no spike skips")
+    spike_sigma: float = Field(default=6.0, gt=0, description="skip when loss > window mean + sigma x std")
+    max_consecutive_skips: int = Field(default=10, gt=0, description="stop the run after this many in a row")
+    seed: int = 0
+    log_every: int = Field(default=10, gt=0)
+    checkpoint_every: int = Field(default=100, gt=0, description="steps between (asynchronous) checkpoints")
+    keep_last: int = Field(default=2, gt=0, description="most recent checkpoints kept")
+    keep_every: int | None = Field(default=None, gt=0, description="also keep every checkpoint at k x this")
+    fsdp: bool = Field(default=True, description="shard parameters and optimiser state over the devices")
+    peak_flops: float | None = Field(
+        default=None, gt=0, description="peak FLOP/s per device, the MFU denominator; None: measure matmuls"
+    )
+
+    @model_validator(mode="after")
+    def _check_warmup(self) -> TrainConfig:
+        if self.warmup_steps > self.steps:
+            raise ValueError(f"warmup_steps ({self.warmup_steps}) must not exceed steps ({self.steps})")
+        return self

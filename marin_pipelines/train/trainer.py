@@ -1,0 +1,345 @@
+"""The trainer: a config and a batch source in, a checkpoint directory out (``TrainConfig`` in
+``train_config``, checkpoint I/O in ``checkpoint``, the loss plot in ``loss_curve``).
+
+The step is functional (``nnx.split`` once, ``nnx.merge`` inside one ``jax.jit``): parameters,
+optimiser state, counters and the loss-spike window form one pytree, sharded over the device mesh
+(data parallel + FSDP) and saved by orbax every ``checkpoint_every`` steps. A run is a pure function
+of its config, its seed and its batches: rerun the same command after a crash and it resumes from the
+last checkpoint and ends with bit-identical parameters.
+
+A run may span several processes (hosts; see ``distributed``): each reads only its own rows of every
+global batch, every process takes part in each checkpoint, and process 0 alone writes the other files.
+
+A checkpoint directory (a local path or a ``gs://`` URL) holds ``checkpoints/`` (orbax steps),
+``model.json``, ``train.json`` (config + summary), ``metrics.jsonl`` (one line per step) and
+``loss_curve.png``. Object storage has no append and a killed process never closes its file, so the
+metrics are kept in memory and ``metrics.jsonl`` is rewritten whole before every checkpoint and at the
+end: a resumed run finds every step before its checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+from tqdm.auto import tqdm
+from upath import UPath
+
+from marin_pipelines.store import is_local
+from marin_pipelines.train.checkpoint import Checkpoints
+from marin_pipelines.train.distributed import is_primary
+from marin_pipelines.train.loss_curve import loss_curve_png
+from marin_pipelines.train.model import Llama, LlamaConfig
+from marin_pipelines.train.optimizer import learning_rate_schedule, make_optimizer
+from marin_pipelines.train.sharding import batch_sharding, data_mesh, process_rows, state_shardings
+from marin_pipelines.train.throughput import measure_matmul_peak
+from marin_pipelines.train.train_config import (
+    CHECKPOINTS_DIR,
+    LOSS_CURVE_FILE,
+    METRICS_FILE,
+    MODEL_FILE,
+    TRAIN_FILE,
+    TrainConfig,
+)
+
+logger = logging.getLogger(__name__)
+REFRESH = 0.5 if sys.stderr.isatty() else 30.0  # seconds between progress lines; logs are not terminals
+
+FINAL_LOSS_WINDOW = 10
+
+
+TrainState = dict[str, Any]
+TrainStep = Callable[[TrainState, jax.Array], tuple[TrainState, dict[str, jax.Array]]]
+
+
+@runtime_checkable
+class BatchRows(Protocol):
+    """A batch source that computes any rows of a step's batch alone (``MixtureLoader``): each process of
+    a multi-host run reads its own rows and no others."""
+
+    def rows(self, step: int, start: int, stop: int) -> np.ndarray: ...
+
+
+Batches = Callable[[int], np.ndarray] | BatchRows
+
+
+def _is_spike(loss: jax.Array, state: TrainState, config: TrainConfig) -> jax.Array:
+    """OLMo's rule: once the window is full, a loss above mean + sigma x std of the window is a spike."""
+    if config.spike_window == 0:
+        return jnp.bool_(False)
+    window = state["losses"]
+    full = state["losses_seen"] >= config.spike_window
+    return full & (loss > window.mean() + config.spike_sigma * window.std())
+
+
+def _make_train_step(
+    graphdef: nnx.GraphDef, tx: optax.GradientTransformation, config: TrainConfig
+) -> TrainStep:
+    schedule = learning_rate_schedule(config)
+
+    def loss_fn(params: nnx.State, batch: jax.Array) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
+        logits = nnx.merge(graphdef, params)(batch[:, :-1])
+        cross_entropy = optax.softmax_cross_entropy_with_integer_labels(logits, batch[:, 1:]).mean()
+        z_loss = (jax.nn.logsumexp(logits, axis=-1) ** 2).mean()
+        return cross_entropy + config.z_loss_weight * z_loss, (cross_entropy, z_loss)
+
+    def train_step(state: TrainState, batch: jax.Array) -> tuple[TrainState, dict[str, jax.Array]]:
+        (loss, (cross_entropy, z_loss)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+            state["params"], batch
+        )
+        grad_norm = optax.tree.norm(grads)
+        updates, opt_state = tx.update(grads, state["opt_state"], state["params"])
+        params = optax.apply_updates(state["params"], updates)
+        finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
+        skip = ~finite | _is_spike(loss, state, config)
+
+        def unless_skipped(new: Any, old: Any) -> Any:
+            return jax.tree.map(lambda n, o: jnp.where(skip, o, n), new, old)
+
+        losses, seen = state["losses"], state["losses_seen"]
+        if config.spike_window:  # every finite loss enters the window, so a lasting level shift is accepted
+            losses = jnp.where(finite, losses.at[seen % config.spike_window].set(loss), losses)
+            seen = seen + finite
+        new_state = {
+            "params": unless_skipped(params, state["params"]),
+            "opt_state": unless_skipped(opt_state, state["opt_state"]),
+            "applied": state["applied"] + ~skip,
+            "skipped": state["skipped"] + skip,
+            "consecutive_skips": jnp.where(skip, state["consecutive_skips"] + 1, 0),
+            "losses": losses,
+            "losses_seen": seen,
+            # No layer draws random numbers today (no dropout); the key is saved and advanced anyway so
+            # that one which does keeps resume exact.
+            "rng": jax.random.key_data(jax.random.split(jax.random.wrap_key_data(state["rng"]))[0]),
+        }
+        metrics = {
+            "loss": cross_entropy,
+            "z_loss": z_loss,
+            "grad_norm": grad_norm,
+            "lr": schedule(state["applied"]),
+            "skipped": skip,
+        }
+        return new_state, metrics
+
+    return train_step
+
+
+def _initial_state(model: Llama, tx: optax.GradientTransformation, config: TrainConfig) -> TrainState:
+    _, params = nnx.split(model)
+    zero = jnp.zeros((), jnp.int32)
+    return {
+        "params": params,
+        "opt_state": tx.init(params),
+        "applied": zero,
+        "skipped": zero,
+        "consecutive_skips": zero,
+        "losses": jnp.zeros(config.spike_window, jnp.float32),
+        "losses_seen": zero,
+        "rng": jax.random.key_data(jax.random.key(config.seed)),
+    }
+
+
+def _check_batch(batch: np.ndarray, call: str, shape: tuple[int, int], vocab_size: int) -> np.ndarray:
+    batch = np.asarray(batch)
+    if batch.shape != shape or not np.issubdtype(batch.dtype, np.integer):
+        raise ValueError(f"{call} gave {batch.dtype}{list(batch.shape)}; expected int32{list(shape)}")
+    if batch.min() < 0 or batch.max() >= vocab_size:
+        raise ValueError(f"{call} gave token ids outside [0, {vocab_size})")
+    return batch.astype(np.int32)
+
+
+def _local_rows(
+    batches: Batches, step: int, rows: slice, shape: tuple[int, int], vocab_size: int
+) -> np.ndarray:
+    """This process's ``rows`` of the batch of ``step``; a plain function's whole batch is sliced."""
+    if isinstance(batches, BatchRows):
+        local = (rows.stop - rows.start, shape[1])
+        return _check_batch(
+            batches.rows(step, rows.start, rows.stop),
+            f"rows({step}, {rows.start}, {rows.stop})",
+            local,
+            vocab_size,
+        )
+    return _check_batch(batches(step), f"batch_fn({step})", shape, vocab_size)[rows]
+
+
+def _write_whole(path: UPath, data: bytes) -> None:
+    """Replace the file at ``path`` in one step: a reader (or a resumed run) finds the old file or the new
+    one, never a part. An object upload is that already; a local file is written beside and renamed."""
+    if not is_local(path):
+        path.write_bytes(data)
+        return
+    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
+    partial.write_bytes(data)
+    os.replace(partial, path)
+
+
+def _write_metrics(path: UPath, metrics: list[dict[str, Any]]) -> None:
+    _write_whole(path, "".join(json.dumps(m) + "\n" for m in metrics).encode())
+
+
+def _metrics_before(path: UPath, step: int) -> list[dict[str, Any]]:
+    """The steps logged before ``step`` (a killed run may have logged some after its last checkpoint)."""
+    if not path.exists():
+        return []
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    return [record for record in records if record["step"] < step]
+
+
+def _check_resumable(found: dict[str, Any], expected: dict[str, Any], where: UPath) -> None:
+    """A checkpoint is only resumed by the run that wrote it (``steps`` may grow: extending a run)."""
+    for section in ("model", "train"):
+        differ = sorted(
+            k
+            for k in expected[section].keys() | found[section].keys()
+            if k != "steps" and expected[section].get(k) != found[section].get(k)
+        )
+        if differ:
+            raise ValueError(
+                f"{where} holds a run with another {section} config (fields {differ}); "
+                "use a fresh --out directory"
+            )
+
+
+def train(
+    model_config: LlamaConfig,
+    config: TrainConfig,
+    batch_fn: Batches,
+    out_dir: str | os.PathLike[str],
+    progress: bool = True,
+    on_step: Sequence[Callable[[dict[str, Any]], None]] = (),
+) -> dict[str, Any]:
+    """Train into ``out_dir`` (a path or URL), resuming from its last checkpoint if it has one.
+
+    ``batch_fn(step)`` returns ints of shape (batch_size, seq_len + 1); inputs are ``batch[:, :-1]``,
+    targets ``batch[:, 1:]``. A ``BatchRows`` source is asked for this process's rows only; a plain
+    function's batch is sliced. Bad updates (non-finite, or a loss spike) are skipped and counted; more
+    than ``max_consecutive_skips`` in a row raise RuntimeError. ``on_step`` callbacks get each step's
+    metrics record. Returns the summary that process 0 also writes to ``train.json``.
+    """
+    out_dir = UPath(out_dir)
+    primary = is_primary()
+    mesh = data_mesh()
+    if config.batch_size % mesh.size:
+        raise ValueError(
+            f"batch_size ({config.batch_size}) must be a multiple of the device count ({mesh.size})"
+        )
+    model = Llama(model_config, nnx.Rngs(config.seed))
+    graphdef = nnx.graphdef(model)
+    tx = make_optimizer(config)
+    state = _initial_state(model, tx, config)
+    shardings = state_shardings(state, mesh, config.fsdp)
+    meta = {"model": model_config.model_dump(), "train": config.model_dump()}
+    if primary:
+        if is_local(out_dir):
+            out_dir.mkdir(parents=True, exist_ok=True)
+        _write_whole(out_dir / MODEL_FILE, json.dumps(meta["model"], indent=2).encode())
+
+    replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+    rows_sharding = batch_sharding(mesh)
+    train_step = jax.jit(
+        _make_train_step(graphdef, tx, config),
+        in_shardings=(shardings, rows_sharding),
+        out_shardings=(shardings, replicated),
+    )
+    batch_shape = (config.batch_size, model_config.seq_len + 1)
+    rows = process_rows(rows_sharding, batch_shape)
+    tokens_per_step = config.batch_size * model_config.seq_len
+    flops_per_token = model_config.flops_per_token()
+    peak_flops = config.peak_flops * mesh.size if config.peak_flops else measure_matmul_peak()
+    metrics_path = out_dir / METRICS_FILE
+
+    with Checkpoints(out_dir / CHECKPOINTS_DIR, config.keep_last, config.keep_every) as checkpoints:
+        start = checkpoints.latest_step() or 0
+        if start:
+            _check_resumable(checkpoints.meta(start), meta, out_dir)
+            state = checkpoints.restore(start, state, shardings)
+            if primary:
+                logger.info("resuming from the checkpoint of step %d in %s", start, out_dir)
+        else:
+            state = jax.device_put(state, shardings)
+        metrics = _metrics_before(metrics_path, start)
+        if len(metrics) != start:
+            raise ValueError(f"{metrics_path} has {len(metrics)} steps before checkpoint {start}")
+        began = last = time.perf_counter()
+        try:
+            with tqdm(
+                range(start, config.steps),
+                desc="train",
+                unit="step",
+                disable=not (progress and primary),
+                mininterval=REFRESH,
+                initial=start,
+                total=config.steps,
+            ) as bar:
+                for step in bar:
+                    local = _local_rows(batch_fn, step, rows, batch_shape, model_config.vocab_size)
+                    batch = jax.make_array_from_process_local_data(rows_sharding, local, batch_shape)
+                    state, out = train_step(state, batch)
+                    out = jax.device_get(out)
+                    now = time.perf_counter()
+                    seconds, last = now - last, now
+                    record = {"step": step, **{k: float(v) for k, v in out.items() if k != "skipped"}}
+                    record["skipped"] = bool(out["skipped"])
+                    record["step_seconds"] = seconds
+                    record["tokens_per_s"] = tokens_per_step / seconds
+                    record["mfu"] = record["tokens_per_s"] * flops_per_token / peak_flops
+                    metrics.append(record)
+                    for callback in on_step:
+                        callback(record)
+                    if int(state["consecutive_skips"]) >= config.max_consecutive_skips:
+                        raise RuntimeError(
+                            f"{config.max_consecutive_skips} bad updates in a row (non-finite or spiking "
+                            f"loss {record['loss']}) at step {step}; lower learning_rate?"
+                        )
+                    if (step + 1) % config.checkpoint_every == 0 or step + 1 == config.steps:
+                        if primary:  # first: a checkpoint that exists has its steps' metrics
+                            _write_metrics(metrics_path, metrics)
+                        checkpoints.save(step + 1, state, meta)
+                    if primary and (step % config.log_every == 0 or step == config.steps - 1):
+                        bar.set_postfix(loss=f"{record['loss']:.3f}", lr=f"{record['lr']:.2e}")
+                        logger.info(
+                            "step %d loss %.4f grad_norm %.3f", step, record["loss"], record["grad_norm"]
+                        )
+        finally:  # an error or an interrupt keeps the steps it logged
+            if primary:
+                _write_metrics(metrics_path, metrics)
+        wall_seconds = time.perf_counter() - began
+
+    # Throughput excludes the first step of this process, which carries the compile.
+    timed = metrics[start + 1 :] or metrics[-1:]
+    tokens_per_s = tokens_per_step * len(timed) / sum(m["step_seconds"] for m in timed)
+    summary = {
+        "steps": config.steps,
+        "resumed_from_step": start,
+        "initial_loss": metrics[0]["loss"],
+        "final_loss": float(np.mean([m["loss"] for m in metrics[-FINAL_LOSS_WINDOW:]])),
+        "skipped_updates": sum(m["skipped"] for m in metrics),
+        "tokens_seen": tokens_per_step * config.steps,
+        "params": model_config.num_params(),
+        "non_embedding_params": model_config.num_params(include_embeddings=False),
+        "flops_per_token": flops_per_token,
+        "flops": flops_per_token * tokens_per_step * config.steps,
+        "processes": jax.process_count(),
+        "devices": mesh.size,
+        "hardware": f"{mesh.devices.flat[0].platform}: {mesh.devices.flat[0].device_kind}",
+        "wall_seconds": wall_seconds,
+        "tokens_per_s": tokens_per_s,
+        "peak_flops": peak_flops,
+        "mfu": tokens_per_s * flops_per_token / peak_flops,
+    }
+    if primary:
+        recorded = {"config": meta["train"], "summary": summary}
+        _write_whole(out_dir / TRAIN_FILE, json.dumps(recorded, indent=2).encode())
+        _write_whole(out_dir / LOSS_CURVE_FILE, loss_curve_png(metrics, summary))
+    return summary
