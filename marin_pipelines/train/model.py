@@ -111,14 +111,26 @@ def _norm(dim: int, config: LlamaConfig, rngs: nnx.Rngs) -> nnx.RMSNorm:
     return nnx.RMSNorm(dim, epsilon=config.norm_eps, dtype=config.dtype, rngs=rngs)
 
 
-def apply_rope(x: jax.Array, theta: float) -> jax.Array:
-    """Rotate channel pairs (i, i + D/2) of x[B, T, H, D] by angle position * theta^(-2i/D)."""
+def apply_rope(x: jax.Array, theta: float, positions: jax.Array | None = None) -> jax.Array:
+    """Rotate channel pairs (i, i + D/2) of x[B, T, H, D] by angle position * theta^(-2i/D); positions are
+    0..T-1, or ``positions[B, T]`` (each packed example counting from 0)."""
     seq_len, head_dim = x.shape[1], x.shape[-1]
     inv_freq = theta ** (-jnp.arange(0, head_dim, 2, dtype=jnp.float32) / head_dim)
-    angles = jnp.arange(seq_len, dtype=jnp.float32)[:, None] * inv_freq[None, :]  # [T, D/2]
-    cos, sin = jnp.cos(angles)[None, :, None, :], jnp.sin(angles)[None, :, None, :]
+    if positions is None:
+        angles = jnp.arange(seq_len, dtype=jnp.float32)[:, None] * inv_freq[None, :]  # [T, D/2]
+        cos, sin = jnp.cos(angles)[None, :, None, :], jnp.sin(angles)[None, :, None, :]
+    else:
+        angles = positions.astype(jnp.float32)[..., None] * inv_freq  # [B, T, D/2]
+        cos, sin = jnp.cos(angles)[:, :, None, :], jnp.sin(angles)[:, :, None, :]
     x1, x2 = jnp.split(x, 2, axis=-1)
     return jnp.concatenate([x1 * cos - x2 * sin, x1 * sin + x2 * cos], axis=-1).astype(x.dtype)
+
+
+def segment_positions(segments: jax.Array) -> jax.Array:
+    """Each token's position within its segment (a run of equal ids along the row): 0 where a run starts."""
+    index = jnp.broadcast_to(jnp.arange(segments.shape[1]), segments.shape)
+    starts = jnp.concatenate([jnp.ones_like(segments[:, :1], bool), segments[:, 1:] != segments[:, :-1]], 1)
+    return index - jax.lax.cummax(jnp.where(starts, index, 0), axis=1)
 
 
 class Attention(nnx.Module):
@@ -136,7 +148,7 @@ class Attention(nnx.Module):
         self.q_norm = _norm(hd, config, rngs) if config.qk_norm else None
         self.k_norm = _norm(hd, config, rngs) if config.qk_norm else None
 
-    def __call__(self, x: jax.Array) -> jax.Array:
+    def __call__(self, x: jax.Array, segments: jax.Array | None = None) -> jax.Array:
         c = self.config
         batch, seq_len, _ = x.shape
         q = self.wq(x).reshape(batch, seq_len, c.n_heads, c.head_dim)
@@ -144,8 +156,14 @@ class Attention(nnx.Module):
         v = self.wv(x).reshape(batch, seq_len, c.n_kv_heads, c.head_dim)
         if self.q_norm is not None and self.k_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
-        q, k = apply_rope(q, c.rope_theta), apply_rope(k, c.rope_theta)
-        out = jax.nn.dot_product_attention(q, k, v, is_causal=True)  # [B, T, n_heads, head_dim]
+        if segments is None:
+            q, k = apply_rope(q, c.rope_theta), apply_rope(k, c.rope_theta)
+            out = jax.nn.dot_product_attention(q, k, v, is_causal=True)  # [B, T, n_heads, head_dim]
+        else:  # packed examples: each from position 0, attending only within itself
+            positions = segment_positions(segments)
+            q, k = apply_rope(q, c.rope_theta, positions), apply_rope(k, c.rope_theta, positions)
+            same = (segments[:, :, None] == segments[:, None, :])[:, None]  # [B, 1, T, T]
+            out = jax.nn.dot_product_attention(q, k, v, mask=same, is_causal=True)
         return self.wo(out.reshape(batch, seq_len, c.n_heads * c.head_dim))
 
 
@@ -171,8 +189,8 @@ class Block(nnx.Module):
         self.mlp_norm = _norm(config.d_model, config, rngs)
         self.mlp = SwiGLU(config, rngs)
 
-    def __call__(self, x: jax.Array) -> jax.Array:
-        x = x + self.attn(self.attn_norm(x))
+    def __call__(self, x: jax.Array, segments: jax.Array | None = None) -> jax.Array:
+        x = x + self.attn(self.attn_norm(x), segments)
         return x + self.mlp(self.mlp_norm(x))
 
 
@@ -193,10 +211,12 @@ class Llama(nnx.Module):
             else _dense(config.d_model, config.vocab_size, INIT_STD, config, rngs)
         )
 
-    def __call__(self, tokens: jax.Array) -> jax.Array:
+    def __call__(self, tokens: jax.Array, segments: jax.Array | None = None) -> jax.Array:
+        """``segments[B, T]`` (int, optional): ids of the examples packed into each row; a token attends
+        only to earlier tokens of its own example, whose positions count from 0."""
         x = self.embed(tokens)
         for block in self.blocks:
-            x = block(x)
+            x = block(x, segments)
         x = self.final_norm(x)
         logits = self.embed.attend(x) if self.lm_head is None else self.lm_head(x)
         return logits.astype(jnp.float32)
