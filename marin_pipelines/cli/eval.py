@@ -1,9 +1,10 @@
 """`marin-pipelines eval --checkpoint DIR --out FILE.json`: lm-eval tasks and bits per byte of any checkpoint.
 
 The JSON is lm-eval's (``results``, ``configs``, ``versions``, ...) with a ``bpb`` section: one entry per
-``--bpb`` set (named ``NAME=`` or by its file or folder name) and ``overall``. This is also what the
-launchers run for the ``eval_results`` assets (``python -m marin_pipelines.evals``): under Dagster Pipes
-it sends its progress lines to the orchestrator and a summary as a custom message.
+``--bpb`` set (named ``NAME=`` or by its file or folder name) and ``overall``; and with ``--chat`` a
+``chat`` section: the loss per assistant token of each held-out chat set, with what was read and skipped.
+This is also what the launchers run for the ``eval_results`` assets (``python -m marin_pipelines.evals``):
+under Dagster Pipes it sends its progress lines to the orchestrator and a summary as a custom message.
 
 The checkpoint, the tokenizer, token caches among the ``--bpb`` sets and ``--out`` may each be a local
 path or a ``gs://`` URL.
@@ -53,6 +54,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "validation split), each PATH (named by its file name) or NAME=PATH[,PATH...]",
     )
     parser.add_argument(
+        "--chat",
+        nargs="+",
+        type=bpb_set,
+        default=[],
+        help='held-out chat sets: JSON-lines files of {"messages": [...]}, each PATH or NAME=PATH[,PATH...]; '
+        'their loss per assistant token goes into the results\' "chat" section',
+    )
+    parser.add_argument(
+        "--chat-template", type=Path, help="a Jinja chat template file (default: marin-pipelines' own)"
+    )
+    parser.add_argument(
         "--tokenizer",
         help="tokenizer.json, a path or URL (default: the one training copied into the checkpoint, or its "
         "parent's)",
@@ -75,11 +87,13 @@ def run(args: argparse.Namespace) -> int:
     )
     from marin_pipelines.store import write_url
 
-    if not args.tasks and not args.bpb:
-        raise ValueError("nothing to evaluate: give --tasks and/or --bpb")
-    names = [name for name, _ in args.bpb]
-    if len(set(names)) < len(names):
-        raise ValueError(f"--bpb sets need distinct names, got {names}")
+    if not args.tasks and not args.bpb and not args.chat:
+        raise ValueError("nothing to evaluate: give --tasks, --bpb and/or --chat")
+    for flag, sets in (("--bpb", args.bpb), ("--chat", args.chat)):
+        names = [name for name, _ in sets]
+        if len(set(names)) < len(names):
+            raise ValueError(f"{flag} sets need distinct names, got {names}")
+    template = args.chat_template.read_text() if args.chat_template else None
     config = EvalConfig(tasks=args.tasks, include_paths=[str(p) for p in args.include_path], limit=args.limit)
     with ExitStack() as stack:  # under Pipes, an error is reported to the orchestrator before it is raised
         pipes = (
@@ -89,7 +103,9 @@ def run(args: argparse.Namespace) -> int:
         )
         model, tokenizer = load_for_eval(args.checkpoint, args.tokenizer)
         progress = pipes.log.info if pipes else lambda line: print(line, file=sys.stderr)
-        results = evaluate_checkpoint(model, tokenizer, dict(args.bpb), config, args.batch_size, progress)
+        results = evaluate_checkpoint(
+            model, tokenizer, dict(args.bpb), config, args.batch_size, progress, dict(args.chat), template
+        )
         write_url(args.out, json.dumps(results, indent=2))
         if pipes:  # the orchestrator shows the table; the terminal of a local run stays readable
             pipes.report_custom_message({"scores": scores(results), "evaluated_on": where()})

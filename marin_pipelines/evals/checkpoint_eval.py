@@ -22,8 +22,10 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from tokenizers import Tokenizer
 from upath import UPath
 
+from marin_pipelines.evals.chat_loss import chat_loss
 from marin_pipelines.evals.eval_results import bpb_tokens, evaluate_bpb_sets
 from marin_pipelines.store import is_local, local_copy
+from marin_pipelines.tokenize.chat_data import ChatTemplate
 from marin_pipelines.tokenize.tokenized_cache import INFO_FILE
 from marin_pipelines.tokenize.tokenizer import TOKENIZER_FILE, load_tokenizer, token_byte_lengths
 from marin_pipelines.train.model import Llama
@@ -133,11 +135,15 @@ def evaluate_checkpoint(
     config: EvalConfig,
     batch_size: int,
     progress: Callable[[str], None] | None = None,
+    chat_sets: dict[str, list[str]] | None = None,
+    chat_template: str | None = None,
 ) -> dict[str, Any]:
     """``bpb_sets`` (name -> token cache folders, whose validation split is read, or text files) and
-    ``config.heldout`` in bits per byte; ``config.tasks`` through lm-eval. Returns lm-eval's results
-    (``results``, ``configs``, ...; none without tasks) with a ``bpb`` section: per set and overall.
-    ``progress`` gets a line as each part finishes: an evaluation on an accelerator can take hours."""
+    ``config.heldout`` in bits per byte; ``config.tasks`` through lm-eval; ``chat_sets`` (name -> chat
+    JSON-lines files) as loss per assistant token through ``chat_template`` (the default one when None).
+    Returns lm-eval's results (``results``, ``configs``, ...; none without tasks) with a ``bpb`` section (per
+    set and overall) and a ``chat`` section. ``progress`` gets a line as each part finishes: an evaluation on
+    an accelerator can take hours."""
     from marin_pipelines.evals.lm_eval_adapter import JaxLM
     from marin_pipelines.evals.lm_eval_tasks import run_tasks
 
@@ -159,17 +165,26 @@ def evaluate_checkpoint(
     if tokens:
         token_bytes = token_byte_lengths(tokenizer)
         results["bpb"] = evaluate_bpb_sets(model, tokens, token_bytes, seq_len, batch_size, say)
+    if chat_sets:
+        template = ChatTemplate(tokenizer, chat_template) if chat_template else ChatTemplate(tokenizer)
+        results["chat"] = {}
+        for name, paths in chat_sets.items():
+            results["chat"][name] = chat_loss(model, template, paths, batch_size)
+            say(f"chat {name}: {results['chat'][name]['loss']:.4f} nats per assistant token")
     return results
 
 
 def scores(results: dict[str, Any]) -> dict[str, float]:
-    """Flat ``{name: number}``: ``bpb/SET`` (bits per byte), ``loss/SET`` and ``TASK/METRIC``."""
+    """Flat ``{name: number}``: ``bpb/SET`` (bits per byte), ``loss/SET``, ``chat/SET`` (nats per assistant
+    token) and ``TASK/METRIC``."""
     from marin_pipelines.evals.lm_eval_tasks import task_scores
 
     flat = {}
     for name, r in results.get("bpb", {}).items():
         flat[f"bpb/{name}"] = float(r["bits_per_byte"])
         flat[f"loss/{name}"] = float(r["loss"])
+    for name, r in results.get("chat", {}).items():
+        flat[f"chat/{name}"] = float(r["loss"])
     for task, metrics in task_scores(results).items():
         flat.update({f"{task}/{metric}": value for metric, value in metrics.items()})
     return flat

@@ -106,7 +106,10 @@ class ChatTemplate:
     """A Hugging Face chat template (Jinja, sandboxed as ``transformers`` renders it) over one tokenizer."""
 
     def __init__(self, tokenizer: Tokenizer, template: str = DEFAULT_TEMPLATE):
-        self.tokenizer, self.source = tokenizer, template
+        # the template's special tokens (EOS) are the tokenizer's special ids here, unlike in plain text
+        self.tokenizer = Tokenizer.from_str(tokenizer.to_str())
+        self.tokenizer.encode_special_tokens = False
+        self.source = template
         environment = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
         self.template = environment.from_string(template)
         self.special = {"bos_token": BOS, "eos_token": EOS}

@@ -147,3 +147,32 @@ def test_eval_reads_its_inputs_from_a_bucket_and_writes_there(checkpoint, gcs_ro
     remote = json.loads(UPath(f"{gcs_root}/eval.json").read_text())
     assert remote["bpb"] == json.loads(local.read_text())["bpb"] and remote["bpb"]["held"]["tokens"] > 0
     assert (tmp_path / "copies" / "store").is_dir()  # the cache was read from its local copy
+
+
+def test_chat_sets_give_the_loss_per_assistant_token(checkpoint, tmp_path, capsys):
+    chat = [
+        {"messages": [{"role": "user", "content": q}, {"role": "assistant", "content": a}]}
+        for q, a in [
+            ("A list?", "Ordered."),
+            ("A dict?", "Keys to values."),
+        ]  # short: the model's seq_len is 32
+    ]
+    held = tmp_path / "held.jsonl"
+    held.write_text("\n".join(map(json.dumps, chat)) + "\n{broken\n")
+    template = tmp_path / "terse.jinja"  # no role headers: conversations fit the model's 32 tokens
+    template.write_text("{% for m in messages %}{{ m['content'] }}{{ eos_token }}{% endfor %}")
+    out = tmp_path / "eval.json"
+    args = [
+        "eval",
+        "--checkpoint",
+        str(checkpoint),
+        "--chat",
+        f"held={held}",
+        "--chat-template",
+        str(template),
+    ]
+    assert main([*args, "--out", str(out)]) == 0
+    result = json.loads(out.read_text())["chat"]["held"]
+    assert result["conversations"] == 2 and result["skipped"] == {"not_json": 1} and result["truncated"] == 0
+    assert 0 < result["assistant_tokens"] < result["tokens"] and 0 < result["loss"] < 20
+    assert "| chat/held |" in capsys.readouterr().out

@@ -58,6 +58,8 @@ def test_only_the_assistants_tokens_are_masked(tokenizer: Tokenizer) -> None:
         tokenizer.decode(ids[run].tolist(), skip_special_tokens=False) for run in runs if assistant[run[0]]
     ]
     assert said == [CHAT[2]["content"] + EOS, CHAT[4]["content"] + EOS]  # each answer and its end, no more
+    eos = tokenizer.token_to_id(EOS)
+    assert ids.tolist().count(eos) == len(CHAT) and ids[assistant].tolist().count(eos) == 2  # real EOS ids
     kept = tokenizer.decode(ids[~assistant].tolist(), skip_special_tokens=False)
     assert "<|assistant|>" in kept and CHAT[1]["content"] in kept and "Copies" not in kept
 
