@@ -1,11 +1,12 @@
 """`marin-pipelines export-hf DIR --out HF_DIR`: a training directory's latest checkpoint as a Hugging Face
-model folder (safetensors, config.json and the run's tokenizer.json); prints the config as JSON. Either may be
-a URL (gs://)."""
+model folder (safetensors, config.json, the run's tokenizer.json and a tokenizer_config.json with the chat
+template of a chat model); prints the config as JSON. Either may be a URL (gs://)."""
 
 from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -14,11 +15,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("dir", help="a directory (or URL) written by `marin-pipelines train`")
     parser.add_argument("--out", required=True, help="the Hugging Face model folder (or URL) to write")
-    parser.set_defaults(run=lambda args: export(args.dir, args.out))
+    parser.add_argument(
+        "--chat-template",
+        type=Path,
+        help="a Jinja chat template for tokenizer_config.json (default: the run's chat_template.jinja)",
+    )
+    parser.set_defaults(run=lambda args: export(args.dir, args.out, args.chat_template))
 
 
-def export(train_dir: str, out_dir: str) -> int:
+def export(train_dir: str, out_dir: str, chat_template: Path | None = None) -> int:
     from marin_pipelines.train.export import export_hf
 
-    print(json.dumps(export_hf(train_dir, out_dir), indent=2))
+    template = chat_template.read_text() if chat_template else None
+    print(json.dumps(export_hf(train_dir, out_dir, template), indent=2))
     return 0

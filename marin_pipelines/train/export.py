@@ -1,5 +1,6 @@
 """Export a checkpoint to Hugging Face format: ``model.safetensors`` + ``config.json`` (+ the run's
-``tokenizer.json`` when the training directory has one, so the folder loads on its own).
+``tokenizer.json`` when the training directory has one, with a ``tokenizer_config.json`` naming its special
+tokens and, for a chat model, its chat template, so the folder loads and chats on its own).
 
 Our layers map one to one onto ``LlamaForCausalLM`` (RoPE on channel halves, as HF's
 ``rotate_half``); with QK-norm the model is exactly ``Qwen3ForCausalLM`` (RMSNorm over each head's
@@ -21,12 +22,14 @@ from fsspec.implementations.local import LocalFileSystem
 from safetensors.numpy import save_file
 from upath import UPath
 
-from marin_pipelines.tokenize.tokenizer import TOKENIZER_FILE
+from marin_pipelines.tokenize.tokenizer import BOS, EOS, TOKENIZER_FILE
 from marin_pipelines.train.checkpoint import flatten, load_params
 from marin_pipelines.train.model import LlamaConfig
 
 WEIGHTS_FILE = "model.safetensors"
 CONFIG_FILE = "config.json"
+TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
+CHAT_TEMPLATE_FILE = "chat_template.jinja"  # in a training directory: the template its model was tuned with
 
 
 def hf_config(config: LlamaConfig) -> dict[str, Any]:
@@ -80,22 +83,33 @@ def hf_tensors(params: dict[str, np.ndarray], config: LlamaConfig) -> dict[str, 
     return {name: np.ascontiguousarray(array, np.float32) for name, array in tensors.items()}
 
 
-def export_hf(train_dir: str | os.PathLike[str], out: str | os.PathLike[str]) -> dict[str, Any]:
+def export_hf(
+    train_dir: str | os.PathLike[str], out: str | os.PathLike[str], chat_template: str | None = None
+) -> dict[str, Any]:
     """Write the latest checkpoint of ``train_dir`` as a Hugging Face model into ``out``, a folder or a URL
-    (written on local disk first, then uploaded: safetensors writes files)."""
+    (written on local disk first, then uploaded: safetensors writes files). ``chat_template`` (Jinja) goes
+    into ``tokenizer_config.json``; by default the training directory's ``chat_template.jinja``, if any."""
     _, params, config, step = load_params(train_dir)
+    template = train_dir_template(UPath(train_dir)) if chat_template is None else chat_template
     fs, target = fsspec.core.url_to_fs(str(out))
     if isinstance(fs, LocalFileSystem):
-        return write_hf(params, config, step, UPath(train_dir), Path(target))
+        return write_hf(params, config, step, UPath(train_dir), Path(target), template)
     with tempfile.TemporaryDirectory() as scratch:
-        hf = write_hf(params, config, step, UPath(train_dir), Path(scratch))
+        hf = write_hf(params, config, step, UPath(train_dir), Path(scratch), template)
         fs.makedirs(target, exist_ok=True)
         for file in sorted(Path(scratch).iterdir()):
             fs.put_file(str(file), f"{target}/{file.name}")
     return hf
 
 
-def write_hf(params: Any, config: LlamaConfig, step: int, train_dir: UPath, folder: Path) -> dict[str, Any]:
+def train_dir_template(train_dir: UPath) -> str | None:
+    path = train_dir / CHAT_TEMPLATE_FILE
+    return path.read_text() if path.is_file() else None
+
+
+def write_hf(
+    params: Any, config: LlamaConfig, step: int, train_dir: UPath, folder: Path, chat_template: str | None
+) -> dict[str, Any]:
     folder.mkdir(parents=True, exist_ok=True)
     flat = {name: np.asarray(leaf) for name, leaf in flatten(params).items()}
     save_file(
@@ -106,4 +120,13 @@ def write_hf(params: Any, config: LlamaConfig, step: int, train_dir: UPath, fold
     tokenizer = train_dir / TOKENIZER_FILE
     if tokenizer.is_file():
         (folder / TOKENIZER_FILE).write_bytes(tokenizer.read_bytes())
+        tokenizer_config = {
+            "tokenizer_class": "PreTrainedTokenizerFast",
+            "bos_token": BOS,
+            "eos_token": EOS,
+            "model_max_length": config.seq_len,
+            "clean_up_tokenization_spaces": False,
+            **({"chat_template": chat_template} if chat_template else {}),
+        }
+        (folder / TOKENIZER_CONFIG_FILE).write_text(json.dumps(tokenizer_config, indent=2))
     return hf

@@ -91,3 +91,52 @@ def test_exported_logits_match_our_model(tie, qk_norm, tmp_path):
         np.testing.assert_allclose(
             hf_forward(weights, config, tokens[row]), expected[row], atol=2e-4, rtol=1e-4
         )
+
+
+def test_a_chat_model_exports_its_template_for_transformers(tmp_path, capsys):
+    """tokenizer_config.json read back without our code: jinja2 as transformers sets it up renders the same
+    text as our ChatTemplate, and its eos_token is a special token of the exported tokenizer.json."""
+    import jinja2
+    from tokenizers import Tokenizer
+
+    from marin_pipelines.cli import main
+    from marin_pipelines.tokenize.chat_data import DEFAULT_TEMPLATE, ChatTemplate
+    from marin_pipelines.tokenize.tokenizer import TokenizerConfig, train_tokenizer
+
+    run = tmp_path / "run"
+    train(
+        MODEL,
+        TRAIN.model_copy(update={"steps": 2, "warmup_steps": 1}),
+        repeating_batches,
+        run,
+        progress=False,
+    )
+    tokenizer = train_tokenizer(["a chat model answers questions"] * 20, TokenizerConfig(vocab_size=300))
+    tokenizer.save(str(run / "tokenizer.json"))
+    export_hf(run, tmp_path / "base")
+    assert "chat_template" not in json.loads((tmp_path / "base" / "tokenizer_config.json").read_text())
+    (run / "chat_template.jinja").write_text(DEFAULT_TEMPLATE)  # what an SFT run leaves
+    assert main(["export-hf", str(run), "--out", str(tmp_path / "hf")]) == 0
+    capsys.readouterr()
+    config = json.loads((tmp_path / "hf" / "tokenizer_config.json").read_text())
+    messages = [{"role": "user", "content": "Hi?"}, {"role": "assistant", "content": "Hello."}]
+    environment = jinja2.Environment(trim_blocks=True, lstrip_blocks=True)  # transformers' settings
+    rendered = environment.from_string(config["chat_template"]).render(
+        messages=messages,
+        add_generation_prompt=False,
+        eos_token=config["eos_token"],
+        bos_token=config["bos_token"],
+    )
+    assert rendered == ChatTemplate(tokenizer).render(messages)
+    exported = Tokenizer.from_file(str(tmp_path / "hf" / "tokenizer.json"))
+    eos = exported.token_to_id(config["eos_token"])
+    assert eos is not None and any(
+        t.content == config["eos_token"] and t.special for t in exported.get_added_tokens_decoder().values()
+    )
+    terse = tmp_path / "terse.jinja"
+    terse.write_text("{% for m in messages %}{{ m['content'] }}{% endfor %}")
+    assert main(["export-hf", str(run), "--out", str(tmp_path / "hf2"), "--chat-template", str(terse)]) == 0
+    assert (
+        json.loads((tmp_path / "hf2" / "tokenizer_config.json").read_text())["chat_template"]
+        == terse.read_text()
+    )
