@@ -198,7 +198,7 @@ def _pages(config: DemoCrawlConfig, rng: random.Random) -> list[Page]:
         Page("reference", f"{SITE}/reference/{slug}.html", _site_page(t, b, rng).encode())
         for slug, t, b in sections
     ]
-    material = _stdlib_material_isolated(config.pydoc_modules)
+    material = stdlib_material_isolated(config.pydoc_modules)
     for name, html_text in material["pydoc"]:
         body = gzip.compress(html_text.encode("utf-8"), mtime=0)
         pages.append(
@@ -362,7 +362,7 @@ _TEMPLATE = """<!DOCTYPE html>
 """
 
 
-def _stdlib_material_isolated(modules: tuple[str, ...]) -> dict[str, list]:
+def stdlib_material_isolated(modules: tuple[str, ...]) -> dict[str, list]:
     """``stdlib_material`` computed in a fresh, isolated interpreter.
 
     pydoc shows module and class data (the root logger's level, warning filters, caches), which the
