@@ -15,6 +15,7 @@ COMMANDS = (
     "experiment",
     "tokenize",
     "train",
+    "sft",
     "checkpoint_info",
     "export_hf",
     "eval",

@@ -27,6 +27,7 @@ import numpy as np
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from tokenizers import Tokenizer
 
+from marin_pipelines.tokenize.sequence_loader import shuffled
 from marin_pipelines.tokenize.tokenizer import BOS, EOS
 
 ROLES = ("system", "user", "assistant")
@@ -189,3 +190,24 @@ def pack(
         stats.assistant_tokens += int(mask[1:].sum())  # the first token is never a target
     if tokens:
         yield flush()
+
+
+class PackedBatches:
+    """Training batches of packed sequences, ``(batch_size, 3, seq_len + 1)``: tokens, segment ids and
+    assistant mask, in a keyed shuffled order per epoch. ``rows(step, start, stop)`` computes any part of
+    any step alone (restarts replay nothing; each host reads its own rows)."""
+
+    def __init__(self, sequences: Sequence[PackedSequence], batch_size: int, seed: int):
+        if not sequences:
+            raise ValueError("no chat examples to train on")
+        self.rows_array = np.stack(
+            [np.stack([s.tokens, s.segments, s.assistant.astype(np.int32)]) for s in sequences]
+        )
+        self.batch_size, self.seed = batch_size, seed
+
+    def rows(self, step: int, start: int, stop: int) -> np.ndarray:
+        picked = shuffled(step * self.batch_size + start, stop - start, len(self.rows_array), self.seed)
+        return self.rows_array[picked]
+
+    def __call__(self, step: int) -> np.ndarray:
+        return self.rows(step, 0, self.batch_size)

@@ -102,10 +102,17 @@ class SequenceLoader:
     def samples(self, first: int, count: int) -> np.ndarray:
         """Samples ``first`` to ``first + count`` of the stream of windows (epoch after epoch): what a
         mixture whose shares change by step reads, each source from where its earlier steps left it."""
-        samples = np.arange(first, first + count, dtype=np.int64)
-        epochs, positions = np.divmod(samples, self.num_sequences)
-        windows = np.empty(len(samples), np.int64)
-        for epoch in np.unique(epochs).tolist():
-            here = epochs == epoch
-            windows[here] = _epoch_permutation(self.num_sequences, self.seed, epoch)(positions[here])
+        windows = shuffled(first, count, self.num_sequences, self.seed)
         return read_windows(self.tokens, windows * self.seq_len, self.seq_len + 1)
+
+
+def shuffled(first: int, count: int, n: int, seed: int) -> np.ndarray:
+    """Items ``first`` to ``first + count`` of the endless stream that visits ``range(n)`` once per epoch,
+    each epoch in its own keyed order: any stretch computed alone."""
+    samples = np.arange(first, first + count, dtype=np.int64)
+    epochs, positions = np.divmod(samples, n)
+    items = np.empty(len(samples), np.int64)
+    for epoch in np.unique(epochs).tolist():
+        here = epochs == epoch
+        items[here] = _epoch_permutation(n, seed, epoch)(positions[here])
+    return items

@@ -25,11 +25,11 @@ from upath import UPath
 from marin_pipelines.tokenize.tokenizer import BOS, EOS, TOKENIZER_FILE
 from marin_pipelines.train.checkpoint import flatten, load_params
 from marin_pipelines.train.model import LlamaConfig
+from marin_pipelines.train.train_config import CHAT_TEMPLATE_FILE
 
 WEIGHTS_FILE = "model.safetensors"
 CONFIG_FILE = "config.json"
 TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
-CHAT_TEMPLATE_FILE = "chat_template.jinja"  # in a training directory: the template its model was tuned with
 
 
 def hf_config(config: LlamaConfig) -> dict[str, Any]:

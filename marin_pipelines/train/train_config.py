@@ -12,6 +12,7 @@ MODEL_FILE = "model.json"
 TRAIN_FILE = "train.json"  # config + summary
 METRICS_FILE = "metrics.jsonl"  # one line per step
 LOSS_CURVE_FILE = "loss_curve.png"
+CHAT_TEMPLATE_FILE = "chat_template.jinja"  # a fine-tuned run's chat template (export-hf ships it)
 
 
 class TrainConfig(BaseModel):

@@ -36,7 +36,7 @@ from tqdm.auto import tqdm
 from upath import UPath
 
 from marin_pipelines.store import is_local
-from marin_pipelines.train.checkpoint import Checkpoints
+from marin_pipelines.train.checkpoint import Checkpoints, load_params, params_sha256
 from marin_pipelines.train.distributed import is_primary
 from marin_pipelines.train.loss_curve import loss_curve_png
 from marin_pipelines.train.model import Llama, LlamaConfig
@@ -88,6 +88,8 @@ def _make_train_step(
     schedule = learning_rate_schedule(config)
 
     def loss_fn(params: nnx.State, batch: jax.Array) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
+        if batch.ndim == 3:  # packed chat examples: tokens, segment ids, assistant mask
+            return packed_loss(nnx.merge(graphdef, params), batch, config.z_loss_weight)
         logits = nnx.merge(graphdef, params)(batch[:, :-1])
         cross_entropy = optax.softmax_cross_entropy_with_integer_labels(logits, batch[:, 1:]).mean()
         z_loss = (jax.nn.logsumexp(logits, axis=-1) ** 2).mean()
@@ -134,6 +136,22 @@ def _make_train_step(
     return train_step
 
 
+def packed_loss(
+    model: Llama, batch: jax.Array, z_loss_weight: float
+) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
+    """Loss of packed examples (``batch[B, 3, T + 1]``: tokens, segment ids, assistant mask): the mean over
+    the targets that count, assistant tokens predicted from their own example."""
+    tokens, segments, assistant = batch[:, 0], batch[:, 1], batch[:, 2]
+    logits = model(tokens[:, :-1], segments[:, :-1])
+    same = (segments[:, 1:] == segments[:, :-1]) & (segments[:, 1:] > 0)
+    weights = (assistant[:, 1:] > 0) & same
+    count = jnp.maximum(weights.sum(), 1)
+    nll = optax.softmax_cross_entropy_with_integer_labels(logits, tokens[:, 1:])
+    cross_entropy = jnp.where(weights, nll, 0).sum() / count
+    z_loss = jnp.where(weights, jax.nn.logsumexp(logits, axis=-1) ** 2, 0).sum() / count
+    return cross_entropy + z_loss_weight * z_loss, (cross_entropy, z_loss)
+
+
 def _initial_state(model: Llama, tx: optax.GradientTransformation, config: TrainConfig) -> TrainState:
     _, params = nnx.split(model)
     zero = jnp.zeros((), jnp.int32)
@@ -149,21 +167,22 @@ def _initial_state(model: Llama, tx: optax.GradientTransformation, config: Train
     }
 
 
-def _check_batch(batch: np.ndarray, call: str, shape: tuple[int, int], vocab_size: int) -> np.ndarray:
+def _check_batch(batch: np.ndarray, call: str, shape: tuple[int, ...], vocab_size: int) -> np.ndarray:
     batch = np.asarray(batch)
     if batch.shape != shape or not np.issubdtype(batch.dtype, np.integer):
         raise ValueError(f"{call} gave {batch.dtype}{list(batch.shape)}; expected int32{list(shape)}")
-    if batch.min() < 0 or batch.max() >= vocab_size:
+    tokens = batch[:, 0] if batch.ndim == 3 else batch
+    if batch.min() < 0 or tokens.max(initial=0) >= vocab_size:
         raise ValueError(f"{call} gave token ids outside [0, {vocab_size})")
     return batch.astype(np.int32)
 
 
 def _local_rows(
-    batches: Batches, step: int, rows: slice, shape: tuple[int, int], vocab_size: int
+    batches: Batches, step: int, rows: slice, shape: tuple[int, ...], vocab_size: int
 ) -> np.ndarray:
     """This process's ``rows`` of the batch of ``step``; a plain function's whole batch is sliced."""
     if isinstance(batches, BatchRows):
-        local = (rows.stop - rows.start, shape[1])
+        local = (rows.stop - rows.start, *shape[1:])
         return _check_batch(
             batches.rows(step, rows.start, rows.stop),
             f"rows({step}, {rows.start}, {rows.stop})",
@@ -171,6 +190,16 @@ def _local_rows(
             vocab_size,
         )
     return _check_batch(batches(step), f"batch_fn({step})", shape, vocab_size)[rows]
+
+
+def _warm_start(model: Llama, config: LlamaConfig, base: str | os.PathLike[str]) -> dict[str, Any]:
+    """Load the base run's latest parameters into ``model``; what the run records of its base."""
+    _, params, base_config, step = load_params(base)
+    if base_config != config:
+        differ = sorted(k for k, v in config.model_dump().items() if base_config.model_dump().get(k) != v)
+        raise ValueError(f"the base run {base} has another model (fields {differ})")
+    nnx.update(model, params)
+    return {"dir": str(base), "step": step, "params_sha256": params_sha256(params)}
 
 
 def _write_whole(path: UPath, data: bytes) -> None:
@@ -198,11 +227,10 @@ def _metrics_before(path: UPath, step: int) -> list[dict[str, Any]]:
 
 def _check_resumable(found: dict[str, Any], expected: dict[str, Any], where: UPath) -> None:
     """A checkpoint is only resumed by the run that wrote it (``steps`` may grow: extending a run)."""
-    for section in ("model", "train"):
+    for section in expected.keys() | found.keys():
+        mine, theirs = expected.get(section, {}), found.get(section, {})
         differ = sorted(
-            k
-            for k in expected[section].keys() | found[section].keys()
-            if k != "steps" and expected[section].get(k) != found[section].get(k)
+            k for k in mine.keys() | theirs.keys() if k != "steps" and mine.get(k) != theirs.get(k)
         )
         if differ:
             raise ValueError(
@@ -218,14 +246,20 @@ def train(
     out_dir: str | os.PathLike[str],
     progress: bool = True,
     on_step: Sequence[Callable[[dict[str, Any]], None]] = (),
+    packed: bool = False,
+    warm_start: str | os.PathLike[str] | None = None,
 ) -> dict[str, Any]:
     """Train into ``out_dir`` (a path or URL), resuming from its last checkpoint if it has one.
 
     ``batch_fn(step)`` returns ints of shape (batch_size, seq_len + 1); inputs are ``batch[:, :-1]``,
-    targets ``batch[:, 1:]``. A ``BatchRows`` source is asked for this process's rows only; a plain
-    function's batch is sliced. Bad updates (non-finite, or a loss spike) are skipped and counted; more
-    than ``max_consecutive_skips`` in a row raise RuntimeError. ``on_step`` callbacks get each step's
-    metrics record. Returns the summary that process 0 also writes to ``train.json``.
+    targets ``batch[:, 1:]``. With ``packed`` (supervised fine-tuning) it returns (batch_size, 3,
+    seq_len + 1): tokens, segment ids and the assistant mask of packed chat examples (``packed_loss``).
+    ``warm_start`` is a training directory whose latest parameters the run starts from, with a fresh
+    optimiser and its own schedule; its checkpoints take over once it has some. A ``BatchRows`` source is
+    asked for this process's rows only; a plain function's batch is sliced. Bad updates (non-finite, or a
+    loss spike) are skipped and counted; more than ``max_consecutive_skips`` in a row raise RuntimeError.
+    ``on_step`` callbacks get each step's metrics record. Returns the summary that process 0 also writes
+    to ``train.json``.
     """
     out_dir = UPath(out_dir)
     primary = is_primary()
@@ -236,10 +270,12 @@ def train(
         )
     model = Llama(model_config, nnx.Rngs(config.seed))
     graphdef = nnx.graphdef(model)
+    meta = {"model": model_config.model_dump(), "train": config.model_dump()}
+    if warm_start is not None:
+        meta["warm_start"] = _warm_start(model, model_config, warm_start)
     tx = make_optimizer(config)
     state = _initial_state(model, tx, config)
     shardings = state_shardings(state, mesh, config.fsdp)
-    meta = {"model": model_config.model_dump(), "train": config.model_dump()}
     if primary:
         if is_local(out_dir):
             out_dir.mkdir(parents=True, exist_ok=True)
@@ -252,7 +288,7 @@ def train(
         in_shardings=(shardings, rows_sharding),
         out_shardings=(shardings, replicated),
     )
-    batch_shape = (config.batch_size, model_config.seq_len + 1)
+    batch_shape = (config.batch_size, *((3,) if packed else ()), model_config.seq_len + 1)
     rows = process_rows(rows_sharding, batch_shape)
     tokens_per_step = config.batch_size * model_config.seq_len
     flops_per_token = model_config.flops_per_token()

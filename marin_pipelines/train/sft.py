@@ -1,0 +1,83 @@
+"""Supervised fine-tuning: a base run's parameters, warm-started with a fresh optimiser and schedule, trained
+on chat data where only the assistant's tokens count. The same trainer as pretraining, so a kill resumes
+exactly and the launcher, metrics and MFU work as they do there.
+
+The run directory gets what it needs to be used on its own: the base's ``tokenizer.json``, the chat
+template it was tuned with (``chat_template.jinja``: ``export-hf`` puts it into ``tokenizer_config.json``)
+and ``sft_data.json`` (conversations read, lines skipped by reason, examples cut, tokens).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+from tokenizers import Tokenizer
+from upath import UPath
+
+from marin_pipelines.config_errors import describe
+from marin_pipelines.store import read_url
+from marin_pipelines.tokenize.chat_data import (
+    DEFAULT_TEMPLATE,
+    ChatStats,
+    ChatTemplate,
+    PackedBatches,
+    pack,
+    read_conversations,
+)
+from marin_pipelines.tokenize.tokenizer import TOKENIZER_FILE
+from marin_pipelines.train.model import LlamaConfig
+from marin_pipelines.train.train_config import CHAT_TEMPLATE_FILE, MODEL_FILE, TrainConfig
+from marin_pipelines.train.trainer import train
+
+SFT_DATA_FILE = "sft_data.json"
+SFT_DEFAULTS = {"steps": 100, "learning_rate": 1e-3, "warmup_steps": 10}  # a short run from a trained model
+
+
+def load_sft_config(path: str | None, steps: int | None = None) -> TrainConfig:
+    """The ``train:`` section of a YAML file (a path or URL) over ``SFT_DEFAULTS``; errors name the file and
+    each bad field."""
+    fields = dict(SFT_DEFAULTS)
+    if path:
+        data = yaml.safe_load(read_url(path)) or {}
+        if not isinstance(data, dict) or not isinstance(data.get("train", {}), dict):
+            raise ValueError(f"{path}: expected a mapping with a `train:` section of TrainConfig fields")
+        fields.update(data.get("train", {}))
+    if steps is not None:
+        fields["steps"] = steps
+    try:
+        return TrainConfig.model_validate(fields)
+    except ValidationError as e:
+        raise ValueError(f"{path or 'the SFT defaults'}: {describe(e, title='train')}") from None
+
+
+def sft(
+    base_dir: str | os.PathLike[str],
+    data: Sequence[str | os.PathLike[str]],
+    out_dir: str | os.PathLike[str],
+    config: TrainConfig,
+    template: str = DEFAULT_TEMPLATE,
+    progress: bool = True,
+    on_step: Sequence[Callable[[dict[str, Any]], None]] = (),
+) -> dict[str, Any]:
+    """Fine-tune the latest checkpoint of ``base_dir`` on the conversations of ``data`` into ``out_dir``
+    (paths or URLs); returns the training summary with the data's counts under ``"data"``."""
+    base, out = UPath(base_dir), UPath(out_dir)
+    model = LlamaConfig.model_validate_json((base / MODEL_FILE).read_text())
+    tokenizer_file = base / TOKENIZER_FILE
+    if not tokenizer_file.is_file():
+        raise FileNotFoundError(f"the base run {base} has no {TOKENIZER_FILE}: SFT uses the base's tokenizer")
+    chat = ChatTemplate(Tokenizer.from_str(tokenizer_file.read_text()), template)
+    stats = ChatStats()
+    examples = (chat.encode(messages) for messages in read_conversations(data, stats))
+    batches = PackedBatches(list(pack(examples, model.seq_len, stats)), config.batch_size, config.seed)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / TOKENIZER_FILE).write_text(tokenizer_file.read_text())
+    (out / CHAT_TEMPLATE_FILE).write_text(template)
+    (out / SFT_DATA_FILE).write_text(json.dumps(stats.as_dict(), indent=2))
+    summary = train(model, config, batches, out, progress, on_step, packed=True, warm_start=base)
+    return {**summary, "data": stats.as_dict()}

@@ -1,0 +1,90 @@
+"""Supervised fine-tuning from a base run: the held-out chat loss falls well below the base's, and a run
+stopped part-way and resumed ends with exactly the parameters of one that was not."""
+
+import json
+
+import numpy as np
+import pytest
+from tokenizers import Tokenizer
+
+from marin_pipelines.evals.chat_loss import chat_loss
+from marin_pipelines.tokenize.chat_data import ChatTemplate
+from marin_pipelines.tokenize.demo_chat import HELDOUT_FILE, TRAIN_FILE, DemoChatConfig, build_demo_chat
+from marin_pipelines.tokenize.tokenizer import TOKENIZER_FILE, TokenizerConfig, train_tokenizer
+from marin_pipelines.train.checkpoint import load_checkpoint, load_params, params_sha256
+from marin_pipelines.train.model import LlamaConfig
+from marin_pipelines.train.sft import SFT_DATA_FILE, sft
+from marin_pipelines.train.train_config import CHAT_TEMPLATE_FILE, TrainConfig
+from marin_pipelines.train.trainer import train
+
+SFT = TrainConfig(steps=100, batch_size=8, learning_rate=3e-3, warmup_steps=10, checkpoint_every=50, seed=1)
+
+
+@pytest.fixture(scope="module")
+def sft_base(tmp_path_factory):
+    """The demo's chat set, and a tiny base model pretrained on the plain text of its training
+    conversations (no chat layout, no held-out module)."""
+    folder = tmp_path_factory.mktemp("sft")
+    build_demo_chat(folder / "chat", DemoChatConfig())
+    records = [json.loads(line) for line in (folder / "chat" / TRAIN_FILE).read_text().splitlines()]
+    texts = [m["content"] for r in records for m in r["messages"]]
+    tokenizer = train_tokenizer(texts * 3, TokenizerConfig(vocab_size=1000))
+    run = folder / "base"
+    run.mkdir()
+    tokenizer.save(str(run / TOKENIZER_FILE))
+    stream = np.asarray(tokenizer.encode(" ".join(texts)).ids, np.int32)
+    model = LlamaConfig(
+        vocab_size=1000, seq_len=96, d_model=64, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=128
+    )
+    windows = len(stream) // 97 - 1
+
+    def batches(step: int) -> np.ndarray:
+        return np.stack([stream[((step * 8 + i) % windows) * 97 :][:97] for i in range(8)])
+
+    train(model, TrainConfig(steps=150, batch_size=8, warmup_steps=10), batches, run, progress=False)
+    return folder
+
+
+def test_sft_lowers_the_held_out_chat_loss_well_below_the_base(sft_base):
+    out = sft_base / "tuned"
+    summary = sft(sft_base / "base", [sft_base / "chat" / TRAIN_FILE], out, SFT, progress=False)
+    assert summary["data"]["conversations"] == 400 and not summary["data"]["skipped"]
+    assert json.loads((out / SFT_DATA_FILE).read_text()) == summary["data"]
+    assert (out / CHAT_TEMPLATE_FILE).is_file() and (out / TOKENIZER_FILE).is_file()
+    heldout = [sft_base / "chat" / HELDOUT_FILE]
+    losses = {}
+    template = ChatTemplate(Tokenizer.from_file(str(sft_base / "base" / TOKENIZER_FILE)))
+    for name in ("base", "tuned"):
+        model, _ = load_checkpoint(sft_base / name)
+        losses[name] = chat_loss(model, template, heldout, batch_size=8)["loss"]
+    assert losses["tuned"] < 0.9 * losses["base"], losses  # measured: 4.62 -> 3.85 nats per assistant token
+
+
+def test_a_resumed_sft_run_ends_bit_identical(sft_base):
+    data = [sft_base / "chat" / TRAIN_FILE]
+    short = SFT.model_copy(update={"steps": 8, "checkpoint_every": 4})
+    sft(sft_base / "base", data, sft_base / "whole", short, progress=False)
+    sft(sft_base / "base", data, sft_base / "parts", short.model_copy(update={"steps": 4}), progress=False)
+    resumed = sft(sft_base / "base", data, sft_base / "parts", short, progress=False)
+    assert resumed["resumed_from_step"] == 4
+    assert params_sha256(load_params(sft_base / "parts")[1]) == params_sha256(
+        load_params(sft_base / "whole")[1]
+    )
+
+
+def test_the_command_fine_tunes_and_compares_on_held_out_chat(sft_base, tmp_path, capsys):
+    from marin_pipelines.cli import main
+
+    config = tmp_path / "sft.yaml"
+    config.write_text("train:\n  batch_size: 8\n  learning_rate: 0.003\n  checkpoint_every: 10\n")
+    args = ["sft", "--base", str(sft_base / "base"), "--data", str(sft_base / "chat" / TRAIN_FILE), "--quiet"]
+    heldout = ["--heldout", str(sft_base / "chat" / HELDOUT_FILE)]
+    assert (
+        main([*args, "--out", str(tmp_path / "run"), "--config", str(config), "--steps", "20", *heldout]) == 0
+    )
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["steps"] == 20 and summary["data"]["conversations"] == 400
+    assert set(summary["heldout_chat_loss"]) == {"base", "sft"}
+    config.write_text("train:\n  learning_rate: -1\n")
+    assert main([*args, "--out", str(tmp_path / "bad"), "--config", str(config)]) == 2
+    assert "learning_rate" in capsys.readouterr().err
