@@ -1,7 +1,13 @@
 """Supervised fine-tuning from a base run: the held-out chat loss falls well below the base's, and a run
-stopped part-way and resumed ends with exactly the parameters of one that was not."""
+stopped part-way (or SIGKILLed) and resumed ends with exactly the parameters of one that was not."""
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -88,3 +94,45 @@ def test_the_command_fine_tunes_and_compares_on_held_out_chat(sft_base, tmp_path
     config.write_text("train:\n  learning_rate: -1\n")
     assert main([*args, "--out", str(tmp_path / "bad"), "--config", str(config)]) == 2
     assert "learning_rate" in capsys.readouterr().err
+
+
+def test_sigkill_mid_sft_then_the_same_command_ends_bit_identical(sft_base, tmp_path):
+    config = tmp_path / "sft.yaml"
+    config.write_text("train:\n  steps: 200\n  batch_size: 8\n  checkpoint_every: 20\n  keep_last: 2\n")
+    cli = str(Path(sys.executable).parent / "marin-pipelines")
+    env = {**os.environ, "WANDB_MODE": "disabled", "JAX_PLATFORMS": "cpu"}
+
+    def command(out: Path) -> list[str]:
+        data = str(sft_base / "chat" / TRAIN_FILE)
+        return [
+            cli,
+            "sft",
+            "--base",
+            str(sft_base / "base"),
+            "--data",
+            data,
+            "--out",
+            str(out),
+            "--config",
+            str(config),
+            "--quiet",
+        ]
+
+    def saved(out: Path) -> list[int]:
+        folder = out / "checkpoints"
+        return sorted(int(p.name) for p in folder.iterdir() if p.name.isdigit()) if folder.is_dir() else []
+
+    subprocess.run(command(tmp_path / "full"), env=env, check=True, capture_output=True)
+    process = subprocess.Popen(
+        command(tmp_path / "killed"), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    while len(saved(tmp_path / "killed")) < 2 and process.poll() is None:
+        time.sleep(0.01)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    interrupted_at = saved(tmp_path / "killed")[-1]
+    assert 0 < interrupted_at < 200, "the kill came too late to test anything"
+    done = subprocess.run(command(tmp_path / "killed"), env=env, check=True, capture_output=True, text=True)
+    assert json.loads(done.stdout.strip().splitlines()[-1])["resumed_from_step"] >= interrupted_at
+    full, killed = (load_params(tmp_path / name) for name in ("full", "killed"))
+    assert full[3] == killed[3] == 200 and params_sha256(full[1]) == params_sha256(killed[1])
