@@ -3,6 +3,10 @@
 The JSON is lm-eval's (``results``, ``configs``, ``versions``, ...) with a ``bpb`` section: one entry per
 ``--bpb`` set (named ``NAME=`` or by its file or folder name) and ``overall``; and with ``--chat`` a
 ``chat`` section: the loss per assistant token of each held-out chat set, with what was read and skipped.
+With ``--chat-tasks`` the lm-eval tasks' prompts go through the chat template too (a fine-tuned chat model;
+generation tasks then answer as the assistant), and the JSON records the template (``chat_template``,
+``chat_template_sha``). The template is ``--chat-template``'s file, else the checkpoint directory's own
+``chat_template.jinja`` (written by ``sft``), else marin-pipelines' default.
 This is also what the launchers run for the ``eval_results`` assets (``python -m marin_pipelines.evals``):
 under Dagster Pipes it sends its progress lines to the orchestrator and a summary as a custom message.
 
@@ -62,7 +66,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         'their loss per assistant token goes into the results\' "chat" section',
     )
     parser.add_argument(
-        "--chat-template", type=Path, help="a Jinja chat template file (default: marin-pipelines' own)"
+        "--chat-template",
+        type=Path,
+        help="a Jinja chat template file for --chat and --chat-tasks (default: the checkpoint directory's "
+        "chat_template.jinja if it has one, else marin-pipelines' own)",
+    )
+    parser.add_argument(
+        "--chat-tasks",
+        action="store_true",
+        help="run the --tasks through the chat template, for a fine-tuned chat model",
     )
     parser.add_argument(
         "--tokenizer",
@@ -89,11 +101,13 @@ def run(args: argparse.Namespace) -> int:
 
     if not args.tasks and not args.bpb and not args.chat:
         raise ValueError("nothing to evaluate: give --tasks, --bpb and/or --chat")
+    if args.chat_tasks and not args.tasks:
+        raise ValueError("--chat-tasks runs --tasks through the chat template: give --tasks")
     for flag, sets in (("--bpb", args.bpb), ("--chat", args.chat)):
         names = [name for name, _ in sets]
         if len(set(names)) < len(names):
             raise ValueError(f"{flag} sets need distinct names, got {names}")
-    template = args.chat_template.read_text() if args.chat_template else None
+    template = args.chat_template.read_text() if args.chat_template else checkpoint_template(args.checkpoint)
     config = EvalConfig(tasks=args.tasks, include_paths=[str(p) for p in args.include_path], limit=args.limit)
     with ExitStack() as stack:  # under Pipes, an error is reported to the orchestrator before it is raised
         pipes = (
@@ -104,7 +118,15 @@ def run(args: argparse.Namespace) -> int:
         model, tokenizer = load_for_eval(args.checkpoint, args.tokenizer)
         progress = pipes.log.info if pipes else lambda line: print(line, file=sys.stderr)
         results = evaluate_checkpoint(
-            model, tokenizer, dict(args.bpb), config, args.batch_size, progress, dict(args.chat), template
+            model,
+            tokenizer,
+            dict(args.bpb),
+            config,
+            args.batch_size,
+            progress,
+            dict(args.chat),
+            template,
+            chat_tasks=args.chat_tasks,
         )
         write_url(args.out, json.dumps(results, indent=2))
         if pipes:  # the orchestrator shows the table; the terminal of a local run stays readable
@@ -112,6 +134,16 @@ def run(args: argparse.Namespace) -> int:
         else:
             print(results_table(scores(results)))
     return 0
+
+
+def checkpoint_template(checkpoint: str) -> str | None:
+    """The chat template a fine-tuned run was trained with (``sft`` writes it beside its checkpoints)."""
+    from upath import UPath
+
+    from marin_pipelines.train.train_config import CHAT_TEMPLATE_FILE
+
+    path = UPath(checkpoint) / CHAT_TEMPLATE_FILE
+    return path.read_text() if path.is_file() else None
 
 
 def where() -> dict[str, Any]:

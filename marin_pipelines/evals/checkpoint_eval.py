@@ -137,10 +137,13 @@ def evaluate_checkpoint(
     progress: Callable[[str], None] | None = None,
     chat_sets: dict[str, list[str]] | None = None,
     chat_template: str | None = None,
+    *,
+    chat_tasks: bool = False,
 ) -> dict[str, Any]:
     """``bpb_sets`` (name -> token cache folders, whose validation split is read, or text files) and
     ``config.heldout`` in bits per byte; ``config.tasks`` through lm-eval; ``chat_sets`` (name -> chat
     JSON-lines files) as loss per assistant token through ``chat_template`` (the default one when None).
+    With ``chat_tasks`` the tasks' prompts also go through that template, for a fine-tuned chat model.
     Returns lm-eval's results (``results``, ``configs``, ...; none without tasks) with a ``bpb`` section (per
     set and overall) and a ``chat`` section. ``progress`` gets a line as each part finishes: an evaluation on
     an accelerator can take hours."""
@@ -154,19 +157,19 @@ def evaluate_checkpoint(
         name: np.concatenate([bpb_tokens(local_input(p), tokenizer) for p in paths])
         for name, paths in sets.items()
     }
+    template = ChatTemplate(tokenizer, chat_template) if chat_template else ChatTemplate(tokenizer)
     results: dict[str, Any] = {}
     if config.tasks:
         started = time.perf_counter()
-        lm = JaxLM(model, tokenizer, batch_size)
+        lm = JaxLM(model, tokenizer, batch_size, chat=template if chat_tasks else None)
         includes = [Path(p) for p in config.include_paths]
         with tempfile.TemporaryDirectory() as work_dir:
-            results = run_tasks(lm, config.tasks, includes, Path(work_dir), config.limit)
+            results = run_tasks(lm, config.tasks, includes, Path(work_dir), config.limit, chat_tasks)
         say(f"lm-eval: {len(config.tasks)} tasks in {time.perf_counter() - started:.1f} s")
     if tokens:
         token_bytes = token_byte_lengths(tokenizer)
         results["bpb"] = evaluate_bpb_sets(model, tokens, token_bytes, seq_len, batch_size, say)
     if chat_sets:
-        template = ChatTemplate(tokenizer, chat_template) if chat_template else ChatTemplate(tokenizer)
         results["chat"] = {}
         for name, paths in chat_sets.items():
             results["chat"][name] = chat_loss(model, template, paths, batch_size)

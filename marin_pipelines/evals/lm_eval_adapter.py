@@ -5,10 +5,16 @@ precedes every document in training (``tokenized_cache``), so the model sees a d
 are batched and jitted with fixed shapes: rows are right-padded to a power-of-two length bucket
 (at most ``seq_len``) and batches to ``batch_size`` rows, so there is one compile per bucket.
 The model is causal, so right padding never changes the positions that are scored.
+
+With a chat template (``chat``), lm-eval can render each prompt as a conversation
+(``apply_chat_template``), as a fine-tuned chat model was trained on them. Such a model's texts are then
+encoded as fine-tuning encoded its conversations: the template's special-token strings (``<|endoftext|>``
+ending each turn) are those tokens, not plain bytes.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -26,6 +32,7 @@ from lm_eval.api.model import LM  # noqa: E402
 from lm_eval.utils import get_rolling_token_windows, make_disjoint_window  # noqa: E402
 from tokenizers import Tokenizer  # noqa: E402
 
+from marin_pipelines.tokenize.chat_data import ChatTemplate  # noqa: E402
 from marin_pipelines.tokenize.tokenizer import EOS  # noqa: E402
 from marin_pipelines.train.model import Llama  # noqa: E402
 
@@ -62,14 +69,22 @@ def _batches(items: Sequence[int], size: int) -> Iterator[list[int]]:
 
 
 class JaxLM(LM):
-    """A ``Llama`` checkpoint and its tokenizer as an lm-eval model: greedy, batched, jitted."""
+    """A ``Llama`` checkpoint and its tokenizer as an lm-eval model: greedy, batched, jitted; with ``chat``
+    (a template over the same tokenizer) a chat model that lm-eval may prompt through its template."""
 
-    def __init__(self, model: Llama, tokenizer: Tokenizer, batch_size: int = 16):
+    def __init__(
+        self, model: Llama, tokenizer: Tokenizer, batch_size: int = 16, chat: ChatTemplate | None = None
+    ):
         super().__init__()
         if batch_size < 1:
             raise ValueError(f"batch_size must be positive, got {batch_size}")
+        if chat is not None and chat.tokenizer.to_str() != tokenizer.to_str():
+            raise ValueError("the chat template is over another tokenizer than the model's")
         self.model = model
         self.tokenizer = tokenizer
+        self.chat = chat
+        # the chat template's copy reads special-token strings as special tokens, as SFT did
+        self.encoder = chat.tokenizer if chat is not None else tokenizer
         self.batch_size = batch_size
         self.max_length = model.config.seq_len  # input tokens per forward pass
         eos = tokenizer.token_to_id(EOS)
@@ -78,7 +93,31 @@ class JaxLM(LM):
         self.eos_id: int = eos
 
     def encode(self, text: str) -> list[int]:
-        return self.tokenizer.encode(text, add_special_tokens=False).ids
+        return self.encoder.encode(text, add_special_tokens=False).ids
+
+    # --- chat template (lm-eval's ``apply_chat_template=True``) ------------------------------------
+    def _template(self) -> ChatTemplate:
+        if self.chat is None:
+            raise ValueError("this JaxLM has no chat template: construct it with chat=ChatTemplate(...)")
+        return self.chat
+
+    def apply_chat_template(
+        self, chat_history: list[dict[str, str]], add_generation_prompt: bool = True
+    ) -> str:
+        """lm-eval's prompt as a conversation, rendered as the model was fine-tuned on them."""
+        return self._template().render(chat_history, add_generation_prompt=add_generation_prompt)
+
+    @property
+    def tokenizer_name(self) -> str:
+        """Keys lm-eval's cache of rendered requests, so it names the template's text."""
+        digest = hashlib.sha256(self._template().source.encode()).hexdigest()[:16]
+        return f"marin-chat-{digest}"
+
+    def chat_template(self, chat_template: bool | str = False) -> str | None:
+        """The template's source, which lm-eval records: None when not applied, "" without a template."""
+        if not chat_template:
+            return None
+        return self.chat.source if self.chat is not None else ""
 
     # --- scoring ---------------------------------------------------------------------------------
     def score(self, sequences: Sequence[Sequence[int]], scored: Sequence[int]) -> list[tuple[float, bool]]:

@@ -64,13 +64,22 @@ def resolve_task_dir(source: Path, target: Path) -> Path:
 
 
 def run_tasks(
-    lm: JaxLM, tasks: list[str], include_paths: list[Path], work_dir: Path, limit: int | None = None
+    lm: JaxLM,
+    tasks: list[str],
+    include_paths: list[Path],
+    work_dir: Path,
+    limit: int | None = None,
+    chat_template: bool = False,
 ) -> dict[str, Any]:
     """Evaluate ``tasks`` (lm-eval names, from the shipped suite, ``include_paths`` or lm-eval's own
-    registry when their data is local) and return lm-eval's results, JSON-ready."""
+    registry when their data is local) and return lm-eval's results, JSON-ready.
+
+    With ``chat_template`` every prompt goes through ``lm``'s chat template (a fine-tuned chat model),
+    few-shot examples as earlier turns (lm-eval's default with a template). The results then record the
+    template, as lm-eval's own command line does (``chat_template``, ``chat_template_sha``)."""
     from lm_eval import simple_evaluate
     from lm_eval.tasks import TaskManager
-    from lm_eval.utils import handle_non_serializable
+    from lm_eval.utils import handle_non_serializable, hash_string
 
     folders = [SHIPPED_TASKS_DIR, *include_paths]
     resolved = [str(resolve_task_dir(p, Path(work_dir) / f"tasks-{i}")) for i, p in enumerate(folders)]
@@ -81,9 +90,20 @@ def run_tasks(
     if unknown:
         raise ValueError(f"unknown lm-eval tasks {unknown}; the shipped ones are {list(SHIPPED_TASKS)}")
     results = simple_evaluate(
-        model=lm, tasks=tasks, task_manager=manager, limit=limit, log_samples=False, bootstrap_iters=0
+        model=lm,
+        tasks=tasks,
+        task_manager=manager,
+        limit=limit,
+        log_samples=False,
+        bootstrap_iters=0,
+        apply_chat_template=chat_template,
+        fewshot_as_multiturn=chat_template,  # only meaningful (and only allowed by lm-eval's CLI) with one
     )
     assert results is not None  # only None on non-zero ranks of a distributed run
+    template = lm.chat_template(chat_template) or None
+    results["chat_template"] = template
+    results["chat_template_sha"] = hash_string(template) if template else None
+    results["fewshot_as_multiturn"] = chat_template
     return json.loads(json.dumps(results, default=handle_non_serializable))
 
 
