@@ -64,6 +64,16 @@ class Launcher(Protocol):
 
     def train(self, config_file: str, data_dir: str, out_dir: str) -> list[Any]: ...
 
+    def sft(
+        self,
+        base_dir: str,
+        data_files: list[str],
+        config_file: str,
+        template_file: str,
+        heldout: list[str],
+        out_dir: str,
+    ) -> list[Any]: ...
+
     def evaluate(
         self,
         checkpoint_dir: str,

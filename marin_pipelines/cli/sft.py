@@ -1,12 +1,21 @@
 """`marin-pipelines sft --base BASE_DIR --data TRAIN.jsonl --out DIR`: supervised fine-tuning of a base run on
-chat data (``marin_pipelines.train.sft``); with ``--heldout`` the base and the tuned model's held-out chat
-losses are compared. The summary is the last line printed, as JSON."""
+chat data (``marin_pipelines.train.sft``). With ``--heldout`` the base and the tuned model's held-out chat
+losses are compared and written to ``heldout_chat_loss.json`` in the run.
+
+This is also what the launchers run for an ``sft_checkpoint`` step (``python -m marin_pipelines.cli sft``): as
+``train`` does, process 0 streams its logged steps back under Dagster Pipes and writes to wandb, a run of
+several processes joins them (``MARIN_NUM_PROCESSES``...), and a rerun resumes. Paths may be ``gs://`` URLs.
+Outside Pipes the summary is the last line printed, as JSON."""
 
 from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
+import os
+from contextlib import ExitStack
+from typing import Any
+
+from marin_pipelines.cli.train import positive_int, step_reporters
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -14,10 +23,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--base", required=True, help="the base run's directory (or URL), with its tokenizer")
     parser.add_argument("--data", nargs="+", required=True, help='JSON-lines chat files: {"messages": [...]}')
     parser.add_argument("--out", required=True, help="the run directory (a rerun resumes it)")
-    parser.add_argument("--config", help="a YAML file with a `train:` section (TrainConfig fields)")
-    parser.add_argument("--steps", type=int, help="override train.steps")
     parser.add_argument(
-        "--chat-template", type=Path, help="a Jinja chat template (default: marin-pipelines')"
+        "--config", help="a YAML file (path or URL) with a `train:` section (TrainConfig fields)"
+    )
+    parser.add_argument("--steps", type=positive_int, help="override train.steps")
+    parser.add_argument(
+        "--chat-template", help="a Jinja chat template file, path or URL (default: marin-pipelines')"
     )
     parser.add_argument("--heldout", nargs="+", default=[], help="held-out chat files: base vs tuned loss")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -25,24 +36,49 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from marin_pipelines.train.distributed import initialize, is_primary
+
+    initialize()  # before JAX touches a device, as `train` does
+    from dagster_pipes import DAGSTER_PIPES_CONTEXT_ENV_VAR
+
+    from marin_pipelines.store import read_url, write_url
+    from marin_pipelines.tokenize.chat_data import DEFAULT_TEMPLATE
+    from marin_pipelines.train.sft import HELDOUT_FILE, load_sft_config, sft
+
+    config = load_sft_config(args.config, args.steps)
+    template = read_url(args.chat_template) if args.chat_template else DEFAULT_TEMPLATE
+    with ExitStack() as stack:
+        tracked = {"base": args.base, "data": args.data, "train": config.model_dump()}
+        callbacks = step_reporters(stack, args.out, tracked, config.log_every)
+        summary = sft(args.base, args.data, args.out, config, template, not args.quiet, callbacks)
+    if args.heldout and is_primary():
+        summary["heldout_chat_loss"] = heldout_losses(
+            args.base, args.out, args.heldout, template, config.batch_size
+        )
+        write_url(
+            f"{args.out.rstrip('/')}/{HELDOUT_FILE}", json.dumps(summary["heldout_chat_loss"], indent=2)
+        )
+    if is_primary() and not os.environ.get(DAGSTER_PIPES_CONTEXT_ENV_VAR):
+        print(json.dumps(summary))
+    return 0
+
+
+def heldout_losses(
+    base: str, tuned: str, heldout: list[str], template: str, batch_size: int
+) -> dict[str, Any]:
+    """Loss per assistant token on the held-out conversations, of the base run and of the tuned one."""
     from tokenizers import Tokenizer
     from upath import UPath
 
     from marin_pipelines.evals.chat_loss import chat_loss
-    from marin_pipelines.tokenize.chat_data import DEFAULT_TEMPLATE, ChatTemplate
+    from marin_pipelines.tokenize.chat_data import ChatTemplate
     from marin_pipelines.tokenize.tokenizer import TOKENIZER_FILE
     from marin_pipelines.train.checkpoint import load_checkpoint
-    from marin_pipelines.train.sft import load_sft_config, sft
 
-    config = load_sft_config(args.config, args.steps)
-    template = args.chat_template.read_text() if args.chat_template else DEFAULT_TEMPLATE
-    summary = sft(args.base, args.data, args.out, config, template, progress=not args.quiet)
-    if args.heldout:
-        tokenizer = Tokenizer.from_str((UPath(args.base) / TOKENIZER_FILE).read_text())
-        chat = ChatTemplate(tokenizer, template)
-        summary["heldout_chat_loss"] = {
-            name: chat_loss(load_checkpoint(where)[0], chat, args.heldout, config.batch_size)["loss"]
-            for name, where in (("base", args.base), ("sft", args.out))
-        }
-    print(json.dumps(summary))
-    return 0
+    chat = ChatTemplate(Tokenizer.from_str((UPath(base) / TOKENIZER_FILE).read_text()), template)
+    result = {}
+    for name, where in (("base", base), ("sft", tuned)):
+        measured = chat_loss(load_checkpoint(where)[0], chat, heldout, batch_size)
+        result[name] = measured["loss"]
+        result["assistant_tokens"] = measured["assistant_tokens"]
+    return result

@@ -72,6 +72,23 @@ def dagster_pipes_reporter(log_every: int) -> Iterator[Callable[[dict[str, Any]]
         yield report
 
 
+def step_reporters(
+    stack: ExitStack, out: str, tracked: dict[str, Any], log_every: int
+) -> list[Callable[[dict[str, Any]], None]]:
+    """Where a training process sends its steps: Dagster Pipes (when launched under it) and wandb, from
+    process 0 only (one voice towards the orchestrator and the tracker); open until ``stack`` closes."""
+    from marin_pipelines.train.distributed import is_primary
+    from marin_pipelines.train.tracking import wandb_run
+
+    if not is_primary():
+        return []
+    reporters = [
+        stack.enter_context(dagster_pipes_reporter(log_every)),
+        stack.enter_context(wandb_run(out, tracked)),
+    ]
+    return [r for r in reporters if r]
+
+
 def run_train(args: argparse.Namespace) -> int:
     if args.num_processes or args.devices_per_process:
         return run_local_group(args)
@@ -87,7 +104,6 @@ def run_train(args: argparse.Namespace) -> int:
     from marin_pipelines.tokenize.tokenized_cache import TokenCache
     from marin_pipelines.tokenize.tokenizer import TOKENIZER_FILE
     from marin_pipelines.train.run_config import load_run_config
-    from marin_pipelines.train.tracking import wandb_run
     from marin_pipelines.train.trainer import train
 
     run = load_run_config(args.config)
@@ -108,22 +124,9 @@ def run_train(args: argparse.Namespace) -> int:
         local_sources(run.data), str(data), model.seq_len, run.train.batch_size, run.train.seed
     )
     with ExitStack() as stack:
-        callbacks = []
-        if primary:  # one voice towards the orchestrator and the tracker
-            callbacks = [
-                stack.enter_context(dagster_pipes_reporter(run.train.log_every)),
-                stack.enter_context(
-                    wandb_run(args.out, {"model": model.model_dump(), "train": run.train.model_dump()})
-                ),
-            ]
-        summary = train(
-            model,
-            run.train,
-            loader,
-            args.out,
-            progress=not args.quiet,
-            on_step=[c for c in callbacks if c],
-        )
+        tracked = {"model": model.model_dump(), "train": run.train.model_dump()}
+        callbacks = step_reporters(stack, args.out, tracked, run.train.log_every)
+        summary = train(model, run.train, loader, args.out, progress=not args.quiet, on_step=callbacks)
     if primary and not os.environ.get(DAGSTER_PIPES_CONTEXT_ENV_VAR):  # under Pipes it goes back through it
         print(json.dumps(summary, indent=2))
     return 0

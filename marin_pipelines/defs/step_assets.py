@@ -107,6 +107,9 @@ class BoundLauncher:
     def train(self, config_file: str, data_dir: str, out_dir: str) -> list[Any]:
         return self.resource.train(self.context, config_file, data_dir, out_dir)
 
+    def sft(self, *args: Any) -> list[Any]:
+        return self.resource.sft(self.context, *args)
+
     def evaluate(self, *args: Any) -> list[Any]:
         return self.resource.evaluate(self.context, *args)
 

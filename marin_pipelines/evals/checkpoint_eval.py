@@ -18,7 +18,7 @@ from typing import Any
 
 import fsspec
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from tokenizers import Tokenizer
 from upath import UPath
 
@@ -48,14 +48,25 @@ class EvalConfig(BaseModel):
         default_factory=list, description="folders of further lm-eval task YAMLs"
     )
     limit: int | None = Field(None, ge=1, description="at most this many documents per task")
+    chat: dict[str, list[str]] = Field(
+        default_factory=dict,
+        description='held-out chat sets for loss per assistant token: name -> JSON-lines {"messages"} files',
+    )
+    chat_tasks: bool = Field(False, description="lm-eval tasks' prompts through the chat template")
 
-    @field_validator("heldout")
+    @field_validator("heldout", "chat")
     @classmethod
     def _named_sets(cls, heldout: dict[str, list[str]]) -> dict[str, list[str]]:
         for name, paths in heldout.items():
             if not paths:
                 raise ValueError(f"held-out set {name!r} names no files")
         return heldout
+
+    @model_validator(mode="after")
+    def _tasks_for_chat(self) -> EvalConfig:
+        if self.chat_tasks and not self.tasks:
+            raise ValueError("chat_tasks runs the tasks through the chat template: name some tasks")
+        return self
 
 
 def heldout_fingerprint(heldout: dict[str, list[str]]) -> dict[str, Any]:

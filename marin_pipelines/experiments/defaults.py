@@ -1,6 +1,7 @@
 """Helpers that declare the usual steps, so that an experiment file reads like a recipe (Marin's
-``defaults.py``): crawl and text, quality and curation, tokenizer and cache, train, evaluate, a scaling
-ladder with a preregistered target, the speedrun, a comparison, and ``variant`` for an ablation.
+``defaults.py``): crawl and text, quality and curation, tokenizer and cache, train, chat data and SFT,
+evaluate, a scaling ladder with a preregistered target, the speedrun, a comparison, and ``variant`` for an
+ablation.
 
 Configs are given as dicts (or config objects); a bad field is an error naming the step, the place it
 was declared and the field. Step names are ``{prefix}/{stage}`` unless a name is given.
@@ -19,6 +20,7 @@ from marin_pipelines.stages import crawl as crawl_stages
 from marin_pipelines.stages import evals as eval_stages
 from marin_pipelines.stages import quality as quality_stages
 from marin_pipelines.stages import scaling as scaling_stages
+from marin_pipelines.stages import sft as sft_stages
 from marin_pipelines.stages import text as text_stages
 from marin_pipelines.stages import tokenize as token_stages
 from marin_pipelines.stages import train as train_stages
@@ -229,10 +231,51 @@ def tokenizer_and_cache(
 def train(
     name: str, tokens: TokenSteps, *, model: Fields = None, train: Fields = None, data_mixture: Fields = None
 ) -> Step:
-    """A model trained on the tokens (a mixture source without ``cache`` is these tokens)."""
+    """A model trained on the tokens (a mixture source without ``cache`` is these tokens; one whose ``cache``
+    is another experiment's ``TokenSteps`` or cache step trains on that, as an input of this step)."""
     _expect(tokens, TokenSteps, "tokens", name)
-    config = {"model": _fields(model), "train": _fields(train), "data_mixture": _fields(data_mixture)}
-    return step(name, train_stages.checkpoint, _drop_none(config), {"tokenized_cache": tokens.cache})
+    mixture, caches = _cache_inputs(_fields(data_mixture))
+    config = {"model": _fields(model), "train": _fields(train), "data_mixture": mixture}
+    inputs = {"tokenized_cache": tokens.cache, **caches}
+    return step(name, train_stages.checkpoint, _drop_none(config), inputs)
+
+
+def _cache_inputs(mixture: dict[str, Any] | None) -> tuple[dict[str, Any] | None, dict[str, Step]]:
+    """The mixture with each source whose ``cache`` is a step (or ``TokenSteps``) naming instead the step
+    input ``cache_{source}`` that it becomes."""
+    sources, inputs = {}, {}
+    for name, source in ((mixture or {}).get("sources") or {}).items():
+        cache = source.get("cache") if isinstance(source, dict) else None
+        cache = cache.cache if isinstance(cache, TokenSteps) else cache
+        if isinstance(cache, Step):
+            inputs[f"cache_{name}"] = cache
+            source = {**source, "cache": None, "input": f"cache_{name}"}
+        sources[name] = source
+    return ({**mixture, "sources": sources} if inputs and mixture else mixture), inputs
+
+
+def chat_data(
+    name: str, *, train: list[str] | None = None, heldout: list[str] | None = None, demo: Fields = None
+) -> Step:
+    """Chat conversations (JSON-lines files, paths or URLs) in the store for fine-tuning and its held-out
+    comparison; with no ``train`` files, the demo's chat set (``demo``: its ``DemoChatConfig`` fields)."""
+    config = {"train": train or [], "heldout": heldout or [], "demo": _fields(demo)}
+    return step(name, sft_stages.chat_data, _drop_none(config), {})
+
+
+def sft(name: str, base: Step, chat: Step, *, train: Fields = None, chat_template: str | None = None) -> Step:
+    """``base`` (a training step) fine-tuned on ``chat`` (a ``chat_data`` step): assistant tokens only, a
+    fresh optimiser and schedule (``train`` over the SFT defaults), compared with the base when it ends."""
+    _expect(base, Step, "base", name)
+    _expect(chat, Step, "chat", name)
+    if base.stage is not train_stages.checkpoint or chat.stage is not sft_stages.chat_data:
+        raise StepError(
+            f"step {name!r} ({declared_at()}): base must be a training step and chat a chat_data step, not "
+            f"{base.name} and {chat.name}"
+        )
+    defaults = sft_stages.SFTRunConfig().train.model_dump()
+    config = {"train": {**defaults, **(_fields(train) or {})}, "chat_template": chat_template}
+    return step(name, sft_stages.sft_checkpoint, _drop_none(config), {"checkpoint": base, "chat_data": chat})
 
 
 def evaluate(
@@ -242,16 +285,22 @@ def evaluate(
     evals: Fields = None,
     batch_size: int = 16,
     also: dict[str, Step] | None = None,
+    chat: dict[str, Step] | None = None,
 ) -> Step:
     """The checkpoint's loss and bits-per-byte on its training data's validation split, on the validation
-    splits of ``also`` (caches every variant of an ablation is measured on) and held-out sets, and lm-eval
-    tasks."""
+    splits of ``also`` (caches every variant of an ablation is measured on) and held-out sets, lm-eval
+    tasks, and the loss per assistant token on the held-out conversations of ``chat`` (``chat_data`` steps,
+    by name). A fine-tuned checkpoint is measured on its base's training data."""
     _expect(checkpoint, Step, "checkpoint", name)
-    if "tokenized_cache" not in checkpoint.inputs:
+    pretrained = checkpoint.inputs.get("checkpoint", checkpoint)  # an SFT run's base
+    if "tokenized_cache" not in pretrained.inputs:
         raise StepError(
             f"step {name!r} ({declared_at()}): checkpoint must be a training step, not {checkpoint.name}"
         )
-    cache = checkpoint.inputs["tokenized_cache"]
+    for label, data in (chat or {}).items():
+        if not (isinstance(data, Step) and data.stage is sft_stages.chat_data):
+            raise StepError(f"step {name!r} ({declared_at()}): chat[{label!r}] must be a chat_data step")
+    cache = pretrained.inputs["tokenized_cache"]
     stage = (
         eval_stages.ladder_eval_results if checkpoint.partitioning == "ladder" else eval_stages.eval_results
     )
@@ -260,6 +309,7 @@ def evaluate(
         "tokenized_cache": cache,
         "tokenizer": cache.inputs["tokenizer"],
         **(also or {}),
+        **{f"{eval_stages.CHAT_INPUT}{label}": data for label, data in (chat or {}).items()},
     }
     return step(name, stage, _drop_none({"evals": _fields(evals), "batch_size": batch_size}), inputs)
 
@@ -381,7 +431,10 @@ def variant(of: Step, name: str, **changes: Any) -> Step:
     Ordering-only edges are not carried over: the variant is not what a prediction was recorded for.
     """
     config = _merged(of.config_json, changes)
-    return step(name, of.stage, config, dict(of.inputs))
+    caches: dict[str, Step] = {}
+    if "data_mixture" in changes:  # a cooldown on another experiment's cache: one more input
+        config["data_mixture"], caches = _cache_inputs(config["data_mixture"])
+    return step(name, of.stage, config, {**of.inputs, **caches})
 
 
 def _merged(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:

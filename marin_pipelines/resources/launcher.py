@@ -28,6 +28,7 @@ from marin_pipelines.evals.checkpoint_eval import EvalConfig, with_heldout
 from marin_pipelines.resources.multi_host import HostGroup, env_list, jobset
 
 TRAIN_COMMAND = ("-m", "marin_pipelines.train")
+SFT_COMMAND = ("-m", "marin_pipelines.cli", "sft")
 EVAL_COMMAND = ("-m", "marin_pipelines.evals")
 # lm-eval's and datasets' progress bars: an evaluation of the shipped tasks takes seconds, its bars are noise
 QUIET_EVAL_ENV = {"TQDM_DISABLE": "1", "HF_DATASETS_DISABLE_PROGRESS_BARS": "1"}
@@ -85,7 +86,28 @@ class LauncherResource(ConfigurableResource):
     def train(
         self, context: AssetExecutionContext, config_file: Path, data_dir: Path, out_dir: Path
     ) -> list[Any]:
-        return self.launch(context, train_args(config_file, data_dir, out_dir, self.progress_bar()))
+        return self.launch_training(context, train_args(config_file, data_dir, out_dir, self.progress_bar()))
+
+    def sft(
+        self,
+        context: AssetExecutionContext,
+        base_dir: str,
+        data_files: list[str],
+        config_file: str,
+        template_file: str,
+        heldout: list[str],
+        out_dir: str,
+    ) -> list[Any]:
+        """Fine-tune ``base_dir`` on chat data as ``marin-pipelines sft`` does, comparing on ``heldout``."""
+        args = [*SFT_COMMAND, "--base", base_dir, "--data", *data_files, "--config", config_file]
+        args += ["--chat-template", template_file, "--out", out_dir]
+        if heldout:
+            args += ["--heldout", *heldout]
+        return self.launch_training(context, args if self.progress_bar() else [*args, "--quiet"])
+
+    def launch_training(self, context: AssetExecutionContext, args: list[str]) -> list[Any]:
+        """A training process (``train`` or ``sft``): here one, like any launch."""
+        return self.launch(context, args)
 
     def evaluate(
         self,
@@ -97,9 +119,9 @@ class LauncherResource(ConfigurableResource):
         batch_size: int,
         out_file: Path,
     ) -> list[Any]:
-        """Bits per byte on ``bpb_sets`` (name -> caches / text) and ``config``'s held-out sets, and
-        ``config``'s lm-eval tasks, written to ``out_file`` as ``marin-pipelines eval`` writes them
-        (the sets as ``--bpb NAME=PATH,...``)."""
+        """Bits per byte on ``bpb_sets`` (name -> caches / text) and ``config``'s held-out sets, ``config``'s
+        lm-eval tasks and chat sets, written to ``out_file`` as ``marin-pipelines eval`` writes them (the sets
+        as ``--bpb NAME=PATH,...``, ``--chat NAME=PATH,...``)."""
         args = [*EVAL_COMMAND, "--checkpoint", str(checkpoint_dir), "--tokenizer", str(tokenizer_file)]
         sets = with_heldout(bpb_sets, config)
         if sets:
@@ -110,6 +132,10 @@ class LauncherResource(ConfigurableResource):
             args += ["--include-path", folder]
         if config.limit is not None:
             args += ["--limit", str(config.limit)]
+        if config.chat:
+            args += ["--chat", *(f"{name}={','.join(paths)}" for name, paths in config.chat.items())]
+        if config.chat_tasks:
+            args.append("--chat-tasks")
         args += ["--batch-size", str(batch_size), "--out", str(out_file)]
         return self.launch(context, args, QUIET_EVAL_ENV)
 
@@ -262,10 +288,8 @@ class K8sLauncher(LauncherResource):
     ) -> list[Any]:
         return self._run_pod(context, args, env or {}, self.pod_spec(), {})
 
-    def train(
-        self, context: AssetExecutionContext, config_file: Path, data_dir: Path, out_dir: Path
-    ) -> list[Any]:
-        args = train_args(config_file, data_dir, out_dir, self.progress_bar())
+    def launch_training(self, context: AssetExecutionContext, args: list[str]) -> list[Any]:
+        """One pod, or one pod per host of the slice or node group."""
         if self.hosts == 1:
             return self.launch(context, args)
         return self._train_on_hosts(context, args)

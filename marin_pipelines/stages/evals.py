@@ -24,12 +24,14 @@ from marin_pipelines.evals.checkpoint_eval import (
 )
 from marin_pipelines.evals.comparison import Variant, compare_variants
 from marin_pipelines.evals.eval_results import combine_bpb
+from marin_pipelines.stages.sft import HELDOUT_CHATS
 from marin_pipelines.steps import Check, StepContext, stage
 from marin_pipelines.store import Artifact, PendingArtifact, read_url
 from marin_pipelines.tokenize.data_mixture import MixtureConfig
 from marin_pipelines.tokenize.tokenizer import TOKENIZER_FILE
 
 RESULTS = "results.json"
+CHAT_INPUT = "chat_"  # an input chat_NAME is a chat_data step: its held-out conversations are chat set NAME
 LABEL = r"^[a-z][a-z0-9_]*$"
 
 
@@ -42,7 +44,8 @@ class EvalStepConfig(BaseModel):
 
 def heldout_content(config: EvalStepConfig) -> Any:
     """Held-out sets version the evaluation by content: a set edited in place re-evaluates."""
-    return heldout_fingerprint(config.evals.heldout) or None
+    chat = {f"chat/{name}": paths for name, paths in config.evals.chat.items()}
+    return heldout_fingerprint({**config.evals.heldout, **chat}) or None
 
 
 def tasks_scored(artifact: Artifact) -> tuple[bool, dict[str, Any]]:
@@ -75,15 +78,20 @@ def eval_results(
     ``loss`` is over the checkpoint's training mixture (what a scaling law fits); further caches given as
     inputs are scored as sets of their own (``bpb/NAME``), e.g. one text every variant of an ablation
     is measured on."""
-    mixture = MixtureConfig.model_validate(checkpoint.manifest["config"]["data_mixture"])
-    validation = {name: [source.cache or tokenized_cache.url] for name, source in mixture.sources.items()}
-    sets = {**validation, **{name: [cache.url] for name, cache in caches.items()}}
+    validation = {name: [url] for name, url in training_sources(checkpoint, tokenized_cache).items()}
+    chats = {
+        k.removeprefix(CHAT_INPUT): [f"{a.url}/{HELDOUT_CHATS}"]
+        for k, a in caches.items()
+        if k.startswith(CHAT_INPUT)
+    }
+    sets = {**validation, **{n: [a.url] for n, a in caches.items() if not n.startswith(CHAT_INPUT)}}
+    evals = config.evals.model_copy(update={"chat": {**config.evals.chat, **chats}})
     results_file = f"{out.work}/{RESULTS}"  # the child may be a pod: it writes into the store
     messages = ctx.launcher.evaluate(
         checkpoint.url,
         f"{tokenizer.url}/{TOKENIZER_FILE}",
         sets,
-        config.evals,
+        evals,
         config.batch_size,
         results_file,
     )
@@ -117,6 +125,14 @@ def eval_results(
     if previous is not None:
         table["change against the previous version"] = results_table(flat, previous)
     out.metadata["markdown"] = table
+
+
+def training_sources(checkpoint: Artifact, tokenized_cache: Artifact) -> dict[str, str]:
+    """The caches a run trained on, by mixture source (a fine-tuned run's: its base's training cache)."""
+    if "data_sources" in checkpoint.metadata:
+        return checkpoint.metadata["data_sources"]
+    mixture = MixtureConfig.model_validate(checkpoint.manifest["config"].get("data_mixture", {}))
+    return {name: source.cache or tokenized_cache.url for name, source in mixture.sources.items()}
 
 
 # the same evaluation for every rung of a ladder, partitioned as its checkpoints

@@ -102,6 +102,8 @@ def check_trainable(cache: Artifact, mixture: MixtureConfig, model: LlamaConfig,
         raise InputError(str(e)) from None
     need = model.seq_len + 1
     for name, source in mixture.sources.items():
+        if source.input is not None:
+            raise InputError(f"data_mixture source {name!r}: its input {source.input!r} is not a step input")
         if source.cache is None:
             url, tokens = cache.url, cache.metadata.get("train_tokens")
         else:
@@ -142,21 +144,31 @@ def run_training(
     config: TrainConfig,
 ) -> None:
     """Train in the output's work folder, which becomes the output; the run's summary (with
-    ``resumed_from_step``) and loss curve become its metadata."""
+    ``resumed_from_step``), where each source's tokens came from and the loss curve become its metadata."""
     out.metadata.update(launch_training(out.work, cache, launcher, mixture, model, config))
     out.keep_work()
+    out.metadata["data_sources"] = {name: s.cache or cache.url for name, s in mixture.sources.items()}
     out.metadata["plots"] = {"loss_curve": LOSS_CURVE_FILE}
 
 
 # revision 2: orbax
 @stage(TrainRunConfig, revision=2, group="train", kinds=("jax",), checks=LOSS_CHECK, needs=("launcher",))
 def checkpoint(
-    ctx: StepContext, out: PendingArtifact, config: TrainRunConfig, tokenized_cache: Artifact
+    ctx: StepContext,
+    out: PendingArtifact,
+    config: TrainRunConfig,
+    tokenized_cache: Artifact,
+    **caches: Artifact,
 ) -> None:
-    """A Llama-style model trained with JAX / Flax NNX / Optax on the tokenized cache."""
+    """A Llama-style model trained with JAX / Flax NNX / Optax on the tokenized cache (and on the further
+    caches its mixture names as inputs: another experiment's text to cool down on)."""
     model, train = config.resolve(tokenized_cache.metadata["vocab_size"])
-    check_trainable(tokenized_cache, config.data_mixture, model, train)
-    run_training(out, tokenized_cache, ctx.launcher, config.data_mixture, model, train)
+    try:
+        mixture = config.data_mixture.with_inputs({name: cache.url for name, cache in caches.items()})
+    except ValueError as e:
+        raise InputError(f"{ctx.step.name}: {e}") from None
+    check_trainable(tokenized_cache, mixture, model, train)
+    run_training(out, tokenized_cache, ctx.launcher, mixture, model, train)
 
 
 def ladder_partition_keys(config: LadderRunsConfig, strict: bool = False) -> list[str]:

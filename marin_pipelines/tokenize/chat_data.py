@@ -43,12 +43,14 @@ PLACES_KEPT = 5  # skipped lines named in the stats, per reason
 @dataclass
 class ChatStats:
     """What reading and packing saw: conversations kept, lines skipped by reason (the first places of
-    each), examples cut to the sequence length, and the assistant tokens that count in the loss."""
+    each), examples cut to the sequence length or left out because the cut left no assistant token, and the
+    assistant tokens that count in the loss."""
 
     conversations: int = 0
     skipped: Counter[str] = field(default_factory=Counter)
     places: dict[str, list[str]] = field(default_factory=dict)
     truncated: int = 0
+    cut_off: int = 0  # longer than a sequence with no assistant token in its first one: left out
     tokens: int = 0
     assistant_tokens: int = 0
 
@@ -64,6 +66,7 @@ class ChatStats:
             "skipped": dict(sorted(self.skipped.items())),
             "skipped_at": self.places,
             "truncated": self.truncated,
+            "cut_off": self.cut_off,
             "tokens": self.tokens,
             "assistant_tokens": self.assistant_tokens,
         }
@@ -163,7 +166,8 @@ def pack(
     examples: Iterable[tuple[np.ndarray, np.ndarray]], seq_len: int, stats: ChatStats
 ) -> Iterator[PackedSequence]:
     """Examples in order into sequences of ``seq_len + 1`` tokens; one that does not fit in what is left
-    starts the next sequence; one longer than a sequence is cut to one (counted in ``stats``)."""
+    starts the next sequence; one longer than a sequence is cut to one, or left out when the cut leaves no
+    assistant token (each counted in ``stats``)."""
     length = seq_len + 1
     tokens, assistant, segments = [], [], []
 
@@ -177,8 +181,11 @@ def pack(
 
     for ids, mask in examples:
         if len(ids) > length:
-            stats.truncated += 1
             ids, mask = ids[:length], mask[:length]
+            if not mask[1:].any():  # the cut left none of the assistant's tokens: nothing to learn from
+                stats.cut_off += 1
+                continue
+            stats.truncated += 1
         if len(tokens) + len(ids) > length:
             yield flush()
             tokens, assistant, segments = [], [], []

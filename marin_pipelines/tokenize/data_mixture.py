@@ -28,7 +28,18 @@ class MixtureSource(BaseModel):
     cache: str | None = Field(
         None, description="path or URL of a built token cache; None: this experiment's tokenized_cache"
     )
-    weight: float = Field(gt=0, description="relative share of each batch")
+    input: str | None = Field(
+        None,
+        description="instead of a path: the training step's input that is this source's token cache (the "
+        "experiment helpers set it from a step), made a path when the run starts",
+    )
+    weight: float = Field(ge=0, description="relative share of each batch (0: only in later stages)")
+
+    @model_validator(mode="after")
+    def _one_place(self) -> MixtureSource:
+        if self.cache is not None and self.input is not None:
+            raise ValueError(f"give a source's cache ({self.cache}) or its input ({self.input}), not both")
+        return self
 
 
 class MixtureStage(BaseModel):
@@ -56,6 +67,8 @@ class MixtureConfig(BaseModel):
 
     @model_validator(mode="after")
     def _stages_name_sources_in_order(self) -> MixtureConfig:
+        if not any(source.weight for source in self.sources.values()):
+            raise ValueError("sources: one weight must be > 0 (those of weight 0 join in later stages)")
         starts = [stage.start for stage in self.stages]
         if starts != sorted(set(starts)):
             raise ValueError(f"stages: their start steps must increase, got {starts}")
@@ -67,6 +80,17 @@ class MixtureConfig(BaseModel):
             if any(w < 0 for w in stage.weights.values()) or not any(stage.weights.values()):
                 raise ValueError(f"stages (start {stage.start}): weights must be >= 0, one of them > 0")
         return self
+
+    def with_inputs(self, urls: dict[str, str]) -> MixtureConfig:
+        """Each source given as a step input, as the URL of that input's cache (``urls`` by input name)."""
+        sources = {}
+        for name, source in self.sources.items():
+            if source.input is not None:
+                if source.input not in urls:
+                    raise ValueError(f"data_mixture.sources.{name}: the step has no input {source.input!r}")
+                source = source.model_copy(update={"cache": urls[source.input], "input": None})
+            sources[name] = source
+        return self.model_copy(update={"sources": sources})
 
     def schedule(self) -> list[tuple[int, dict[str, float]]]:
         """(first step, weight of every source) for each stage, the first from step 0."""

@@ -20,7 +20,7 @@ from tokenizers import Tokenizer
 from upath import UPath
 
 from marin_pipelines.config_errors import describe
-from marin_pipelines.store import read_url
+from marin_pipelines.store import is_local, read_url
 from marin_pipelines.tokenize.chat_data import (
     DEFAULT_TEMPLATE,
     ChatStats,
@@ -30,11 +30,13 @@ from marin_pipelines.tokenize.chat_data import (
     read_conversations,
 )
 from marin_pipelines.tokenize.tokenizer import TOKENIZER_FILE
+from marin_pipelines.train.distributed import is_primary
 from marin_pipelines.train.model import LlamaConfig
 from marin_pipelines.train.train_config import CHAT_TEMPLATE_FILE, MODEL_FILE, TrainConfig
 from marin_pipelines.train.trainer import train
 
 SFT_DATA_FILE = "sft_data.json"
+HELDOUT_FILE = "heldout_chat_loss.json"  # `marin-pipelines sft --heldout`: base vs tuned
 SFT_DEFAULTS = {"steps": 100, "learning_rate": 1e-3, "warmup_steps": 10}  # a short run from a trained model
 
 
@@ -74,10 +76,19 @@ def sft(
     chat = ChatTemplate(Tokenizer.from_str(tokenizer_file.read_text()), template)
     stats = ChatStats()
     examples = (chat.encode(messages) for messages in read_conversations(data, stats))
-    batches = PackedBatches(list(pack(examples, model.seq_len, stats)), config.batch_size, config.seed)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / TOKENIZER_FILE).write_text(tokenizer_file.read_text())
-    (out / CHAT_TEMPLATE_FILE).write_text(template)
-    (out / SFT_DATA_FILE).write_text(json.dumps(stats.as_dict(), indent=2))
+    sequences = list(pack(examples, model.seq_len, stats))
+    if not stats.assistant_tokens:
+        raise ValueError(
+            f"no assistant token within the base's seq_len {model.seq_len} in {[str(d) for d in data]}: "
+            f"{stats.conversations} conversations, {stats.cut_off} cut off before the assistant's turn, "
+            f"lines skipped {dict(stats.skipped)}"
+        )
+    batches = PackedBatches(sequences, config.batch_size, config.seed)
+    if is_primary():  # one writer of a run's files, as in `train`
+        if is_local(out):
+            out.mkdir(parents=True, exist_ok=True)
+        (out / TOKENIZER_FILE).write_text(tokenizer_file.read_text())
+        (out / CHAT_TEMPLATE_FILE).write_text(template)
+        (out / SFT_DATA_FILE).write_text(json.dumps(stats.as_dict(), indent=2))
     summary = train(model, config, batches, out, progress, on_step, packed=True, warm_start=base)
     return {**summary, "data": stats.as_dict()}

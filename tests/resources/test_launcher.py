@@ -459,3 +459,25 @@ def test_a_wrong_or_missing_variable_is_an_error_naming_it(update, message):
     env = {k: v for k, v in {**K8S_ENV, **update}.items() if v is not None}
     with pytest.raises(ValueError, match=message):
         launcher_from_env(env)
+
+
+def test_fine_tuning_runs_like_training_one_process_per_host(cluster):
+    """An SFT run is launched as training is: on a slice, the Job's workers and process 0 run the same
+    `sft` command (the module path an image has without the console script)."""
+    with pytest.raises(Launched):
+        K8sLauncher(**SLICE).sft(
+            None,
+            "/store/base",
+            ["/store/chat/train.jsonl"],
+            "/store/sft.yaml",
+            "/store/t.jinja",
+            [],
+            "/store/o",
+        )
+    job = cluster.calls[0][3]
+    (leader,) = cluster.pods
+    command = ["python", "-m", "marin_pipelines.cli", "sft", "--base", "/store/base"]
+    command += ["--data", "/store/chat/train.jsonl", "--config", "/store/sft.yaml"]
+    command += ["--chat-template", "/store/t.jinja", "--out", "/store/o", "--quiet"]
+    assert leader.spec.containers[0].command == command
+    assert job.spec.template.spec.containers[0].command[-len(command) :] == command  # after its preamble

@@ -87,3 +87,13 @@ def test_examples_are_packed_whole_and_targets_never_cross_them() -> None:
     assert packed[0].target_weights.tolist() == [0, 1, 1, 1, 0, 0, 1, 1]
     assert packed[1].target_weights.tolist() == [0, 0, 1, 1, 1, 0, 0, 0]
     assert stats.truncated == 1 and stats.tokens == 5 + 4 + 6 + 9
+
+
+def test_an_example_cut_before_the_assistant_speaks_is_left_out_and_counted() -> None:
+    prompt_only = (np.arange(20, dtype=np.int32), np.arange(20) >= 15)  # the answer starts after 9 tokens
+    fits = (np.arange(100, 104, dtype=np.int32), np.array([False, False, True, True]))
+    stats = ChatStats()
+    packed = list(pack([prompt_only, fits], 8, stats))
+    assert [p.tokens[:4].tolist() for p in packed] == [[100, 101, 102, 103]]
+    assert (stats.cut_off, stats.truncated, stats.tokens) == (1, 0, 4)
+    assert stats.as_dict()["cut_off"] == 1

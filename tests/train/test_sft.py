@@ -136,3 +136,14 @@ def test_sigkill_mid_sft_then_the_same_command_ends_bit_identical(sft_base, tmp_
     assert json.loads(done.stdout.strip().splitlines()[-1])["resumed_from_step"] >= interrupted_at
     full, killed = (load_params(tmp_path / name) for name in ("full", "killed"))
     assert full[3] == killed[3] == 200 and params_sha256(full[1]) == params_sha256(killed[1])
+
+
+def test_chat_data_with_no_assistant_token_within_the_sequence_is_a_clear_error(sft_base, tmp_path):
+    long_prompt = {"role": "system", "content": "You answer briefly. " * 60}
+    record = {
+        "messages": [long_prompt, {"role": "user", "content": "hi"}, {"role": "assistant", "content": "hi"}]
+    }
+    data = tmp_path / "long.jsonl"
+    data.write_text(json.dumps(record) + "\n")
+    with pytest.raises(ValueError, match="no assistant token within the base's seq_len 96.*1 cut off"):
+        sft(sft_base / "base", [data], tmp_path / "run", SFT, progress=False)

@@ -1,0 +1,8 @@
+"""``python -m marin_pipelines.cli COMMAND ...``: the command line without its console script (what the
+launchers run in an image, e.g. ``sft``)."""
+
+import sys
+
+from marin_pipelines.cli import main
+
+sys.exit(main())
