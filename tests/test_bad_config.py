@@ -74,7 +74,7 @@ def test_an_experiment_with_every_field_wrong_reports_them_all_with_the_place(tm
         "train.batch_size: Input should be greater than 0 (got -1)",
         "train.lr_schedule: Input should be 'cosine' or 'wsd' (got 'zigzag')",
         "train.warmup: unknown field; allowed: steps, batch_size, learning_rate, lr_schedule, warmup_steps",
-        "data_mixture.sources.main.weight: Input should be greater than 0 (got -1)",
+        "data_mixture.sources.main.weight: Input should be greater than or equal to 0 (got -1)",
         "data_mixture.sources.extra.weight: required, not given",
     ):
         assert problem in err, problem
@@ -143,7 +143,7 @@ def test_a_training_yaml_with_several_wrong_fields_lists_them_all(tmp_path, caps
         "train.batch_size: Input should be greater than 0 (got -1)",
         "train.lr_schedule: Input should be 'cosine' or 'wsd' (got 'zigzag')",
         "train.warmup: unknown field; allowed: steps,",
-        "data.sources.main.weight: Input should be greater than 0 (got -1)",
+        "data.sources.main.weight: Input should be greater than or equal to 0 (got -1)",
         "extra_top: unknown field; allowed: model, train, data",
     ):
         assert problem in err, problem

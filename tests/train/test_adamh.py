@@ -1,0 +1,125 @@
+"""AdamH: Adam with every weight matrix held on the sphere of its initial norm (train/optimizer.py)."""
+
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from flax import nnx
+from pydantic import ValidationError
+
+from marin_pipelines.train.checkpoint import flatten, load_params, params_sha256
+from marin_pipelines.train.model import Llama, LlamaConfig
+from marin_pipelines.train.optimizer import hyperball, make_optimizer, sphere_mask
+from marin_pipelines.train.train_config import TrainConfig
+from marin_pipelines.train.trainer import train
+
+MODEL = LlamaConfig(vocab_size=32, seq_len=16, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=64)
+ADAMH = TrainConfig(
+    optimizer="adamh",
+    steps=30,
+    batch_size=8,
+    learning_rate=0.1,
+    warmup_steps=3,
+    checkpoint_every=10,
+    peak_flops=1e10,
+)
+PATTERN = np.array([3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7], np.int32)
+
+
+def batches(step: int) -> np.ndarray:
+    """A periodic stream at random offsets: learnable, so the loss must fall."""
+    offsets = np.random.default_rng(step).integers(0, len(PATTERN), ADAMH.batch_size)
+    return np.stack([np.resize(np.roll(PATTERN, -o), MODEL.seq_len + 1) for o in offsets])
+
+
+def norms(params: nnx.State) -> dict[str, float]:
+    return {name: float(jnp.linalg.norm(leaf)) for name, leaf in flatten(params).items()}
+
+
+def initial_params() -> nnx.State:
+    return nnx.split(Llama(MODEL, nnx.Rngs(ADAMH.seed)))[1]
+
+
+def optimise(config: TrainConfig, steps: int) -> tuple[nnx.State, nnx.State]:
+    """Initial and final params of ``steps`` updates by ``make_optimizer(config)``, outside the trainer."""
+    graphdef, params = nnx.split(Llama(MODEL, nnx.Rngs(config.seed)))
+    tx = make_optimizer(config)
+
+    def loss(params: nnx.State, batch: jax.Array) -> jax.Array:
+        logits = nnx.merge(graphdef, params)(batch[:, :-1])
+        return optax.softmax_cross_entropy_with_integer_labels(logits, batch[:, 1:]).mean()
+
+    @jax.jit
+    def step(params: nnx.State, opt_state: optax.OptState, batch: jax.Array) -> tuple:
+        updates, opt_state = tx.update(jax.grad(loss)(params, batch), opt_state, params)
+        return optax.apply_updates(params, updates), opt_state
+
+    new, opt_state = params, tx.init(params)
+    for i in range(steps):
+        new, opt_state = step(new, opt_state, jnp.asarray(batches(i)))
+    return params, new
+
+
+def test_every_matrix_is_on_the_sphere_and_norm_scales_are_not():
+    mask = flatten(sphere_mask(initial_params()))
+    assert mask["embed.embedding"] and mask["lm_head.kernel"] and mask["blocks.1.mlp.w_down.kernel"]
+    assert not mask["final_norm.scale"] and not mask["blocks.0.attn_norm.scale"]
+
+
+def test_adamh_keeps_every_matrix_norm_while_adamw_moves_it():
+    adamh = ADAMH.model_copy(update={"steps": 60})
+    before, after = (norms(p) for p in optimise(adamh, adamh.steps))
+    matrices = [name for name in before if not name.endswith("scale")]
+    assert len(matrices) == 2 + 7 * MODEL.n_layers
+    for name in matrices:
+        assert after[name] == pytest.approx(before[name], rel=1e-5), name
+    assert all(
+        abs(after[name] - before[name]) > 1e-3 * before[name] for name in before if name.endswith("scale")
+    )
+
+    adamw = adamh.model_copy(update={"optimizer": "adamw", "learning_rate": 1e-2})
+    before, after = (norms(p) for p in optimise(adamw, adamw.steps))
+    assert all(abs(after[name] / before[name] - 1) > 0.05 for name in matrices)
+
+
+def test_hyperball_needs_the_params():
+    tx = hyperball(0.1)
+    params = {"w": jnp.ones((2, 2))}
+    with pytest.raises(ValueError, match="pass params"):
+        tx.update(params, tx.init(params))
+
+
+def test_adamh_run_learns_and_resumes_bit_identically(tmp_path):
+    summary = train(MODEL, ADAMH, batches, tmp_path / "whole", progress=False)
+    assert summary["final_loss"] < 0.6 * summary["initial_loss"]
+    trained = load_params(tmp_path / "whole")[1]
+    initial, final = norms(initial_params()), norms(trained)
+    for name in initial:
+        if not name.endswith("scale"):
+            assert final[name] == pytest.approx(initial[name], rel=1e-5), name
+
+    def crashing(step: int) -> np.ndarray:
+        if step == 15:
+            raise KeyboardInterrupt
+        return batches(step)
+
+    with pytest.raises(KeyboardInterrupt):
+        train(MODEL, ADAMH, crashing, tmp_path / "resumed", progress=False)
+    resumed = train(MODEL, ADAMH, batches, tmp_path / "resumed", progress=False)
+    assert resumed["resumed_from_step"] == 10
+    assert params_sha256(load_params(tmp_path / "resumed")[1]) == params_sha256(trained)
+    losses = [
+        [json.loads(line)["loss"] for line in (tmp_path / run / "metrics.jsonl").read_text().splitlines()]
+        for run in ("whole", "resumed")
+    ]
+    assert losses[0] == losses[1]
+
+
+def test_optimizer_must_be_adamw_or_adamh():
+    assert TrainConfig().optimizer == "adamw"
+    assert TrainConfig(optimizer="adamh", weight_decay=0.1).optimizer == "adamh"  # decay is ignored, no error
+    with pytest.raises(ValidationError, match="optimizer"):
+        TrainConfig(optimizer="sgd")
