@@ -5,8 +5,8 @@ will be before it starts; so the rule is code, and its constants are a frozen co
 that names it. Two recipes are registered in ``RECIPES``:
 
 - ``constant``: today's ladder rule (``LadderConfig.run``): named sizes, one batch, one LR.
-- ``delphi``: a Delphi-style rule (Marin, "Scaling Laws That Extrapolate 300x Past the Fit", 2025) sized
-  for CPU ladders (budgets 1e10-1e14 FLOPs, vocab 2k-8k, seq_len 128-512):
+- ``delphi``: a rule in the style of Marin's Delphi scaling suite, sized for CPU ladders (budgets
+  1e10-1e14 FLOPs, vocab 2k-8k, seq_len 128-512):
 
   * tokens = ``tokens_per_param`` x non-embedding params, 20 by default (Chinchilla, Hoffmann et al. 2022;
     non-embedding N as Kaplan et al. 2020 count it, like ``fit_scaling_law``), or a given param count for
@@ -39,7 +39,7 @@ from marin_pipelines.scaling.scaling_law import LadderConfig, LadderRun
 from marin_pipelines.train.model import MODEL_SIZES, LlamaConfig, preset
 from marin_pipelines.train.train_config import TrainConfig
 
-Optimizer = Literal["adamw", "adamh"]
+Optimizer = Literal["adamw", "adamh"]  # TrainConfig.optimizer
 DEFAULT_TOKENS_PER_PARAM = 20.0  # Chinchilla
 SHAPE_TOLERANCE = 2.0  # a request further than this factor past the recipe's smallest/largest shape fails
 
@@ -48,7 +48,7 @@ class RecipeRun(LadderRun):
     """A ``LadderRun`` (so ladders plan, name and train it as any rung) plus what the recipe decided.
 
     ``tokens`` are the ones trained (steps x batch x seq_len); ``tokens_per_param`` is over non-embedding
-    params. ``optimizer`` is the recipe's choice, passed to TrainConfig where that has the field.
+    params. ``optimizer`` is the recipe's choice (``train.optimizer``).
     """
 
     recipe: str
@@ -159,13 +159,8 @@ def _nearest(
 
 
 def _train_config(base: TrainConfig | None, optimizer: Optimizer, **fields: Any) -> TrainConfig:
-    """``base`` (seed, logging, checkpointing...) with the recipe's fields; the optimizer only where
-    TrainConfig has that field (and then AdamW is all it can be without one)."""
-    if "optimizer" in TrainConfig.model_fields:
-        fields["optimizer"] = optimizer
-    elif optimizer != "adamw":
-        raise ValueError(f"optimizer {optimizer!r} needs TrainConfig.optimizer, which this version lacks")
-    return TrainConfig(**{**(base or TrainConfig()).model_dump(), **fields})
+    """``base`` (seed, logging, checkpointing...) with the recipe's fields."""
+    return TrainConfig(**{**(base or TrainConfig()).model_dump(), **fields, "optimizer": optimizer})
 
 
 class DelphiRecipe(BaseModel):

@@ -47,7 +47,7 @@ def test_runs_validate_and_follow_the_schedule_heuristics():
         assert (t.lr_schedule, t.decay_fraction, t.min_lr_ratio) == ("wsd", 0.2, 0.0)
         assert t.batch_size & (t.batch_size - 1) == 0  # a power of two
         assert run.tokens == t.steps * t.batch_size * run.model.seq_len
-        assert run.optimizer == "adamw" == getattr(t, "optimizer", "adamw")
+        assert run.optimizer == "adamw" == t.optimizer
 
 
 def test_heads_and_shape_follow_the_stated_constants():
@@ -152,7 +152,6 @@ def test_base_fields_the_recipe_does_not_set_are_kept():
     assert (run.train.seed, run.train.log_every, run.train.weight_decay) == (7, 5, 0.1)
 
 
-@pytest.mark.skipif("optimizer" not in TrainConfig.model_fields, reason="TrainConfig has no optimizer")
 def test_optimizer_reaches_train_config():
     run = recipe("delphi", optimizer="adamh", width_exponent=0.0).run(1e12, VOCAB, SEQ)
     assert run.optimizer == run.train.optimizer == "adamh"
