@@ -225,7 +225,7 @@ def test_demo_command_runs_the_demo_and_its_ablation_by_default(tmp_path, capsys
     assert "asked to materialise demo" in capsys.readouterr().err
     from marin_pipelines.cli.demo import DEMO
 
-    assert DEMO == ("demo", "zloss_ablation")
+    assert DEMO == ("demo", "zloss_ablation", "sft_demo")
 
 
 def test_empty_crawl_folder_is_a_clear_error(fresh_experiments, tmp_path, capsys):

@@ -1,5 +1,5 @@
-"""`marin-pipelines demo`: the demo and its z-loss ablation (which shares every data step and the demo's
-run), materialised in this process, each followed by its summary."""
+"""`marin-pipelines demo`: the demo, its z-loss ablation and its fine-tuning (which share every data step and
+the demo's run), materialised in this process, each followed by its summary."""
 
 from __future__ import annotations
 
@@ -11,19 +11,19 @@ import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-DEMO = ("demo", "zloss_ablation")
+DEMO = ("demo", "zloss_ablation", "sft_demo")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     demo = subparsers.add_parser(
-        "demo", help="materialise the demo and its z-loss ablation here, then summarise"
+        "demo", help="materialise the demo, its z-loss ablation and its SFT here, then summarise"
     )
     demo.add_argument("--warc-root", help="folder of WARC/ARC files (default: build the embedded demo crawl)")
     demo.add_argument("--store-root", default=None, help="where outputs go (default: .marin/store)")
     demo.add_argument(
         "--experiment",
         action="append",
-        help=f"run this experiment instead (repeatable; default: {' and '.join(DEMO)})",
+        help=f"run this experiment instead (repeatable; default: {', '.join(DEMO)})",
     )
     demo.set_defaults(run=lambda args: run_demo(args.warc_root, args.store_root, args.experiment))
 
