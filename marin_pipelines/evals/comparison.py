@@ -164,9 +164,10 @@ def _number(value: Any, metric: str, variant: str) -> Number | None:
 
 
 def _direction(score: str) -> Better:
-    """bpb and perplexities fall as a model improves; accuracies and exact matches rise."""
+    """bpb, chat losses and perplexities fall as a model improves; accuracies and exact matches rise."""
     metric = score.rsplit("/", 1)[-1]
-    if score.startswith("bpb/") or metric.endswith("perplexity") or metric == "bits_per_byte":
+    lower = score.startswith(("bpb/", "loss/", "chat/"))
+    if lower or metric.endswith("perplexity") or metric == "bits_per_byte":
         return "lower"
     return "higher"
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from marin_pipelines.evals.comparison import NO_HYPOTHESIS, Variant, compare_variants
+from marin_pipelines.evals.comparison import NO_HYPOTHESIS, Variant, _direction, compare_variants
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -234,3 +234,9 @@ def test_a_score_that_is_not_a_number_names_the_variant(ablation, tmp_path):
 def test_the_module_does_not_import_dagster():
     code = "import sys, marin_pipelines.evals.comparison; assert 'dagster' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_losses_and_bits_per_byte_are_better_lower_and_accuracies_higher():
+    lower = ["chat/demo_chat", "loss/main", "bpb/web", "task/word_perplexity", "task/bits_per_byte"]
+    assert [_direction(score) for score in lower] == ["lower"] * len(lower)
+    assert _direction("marin_python_mc/acc") == _direction("marin_python_qa/exact_match") == "higher"
