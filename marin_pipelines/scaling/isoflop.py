@@ -55,20 +55,25 @@ class IsoflopFit:
         }
 
 
-def _power_law(flops: list[float], values: list[float]) -> PowerLaw:
+def fit_power_law(flops: Sequence[float], values: Sequence[float]) -> PowerLaw:
+    """values = k C^e by least squares in log-log."""
     exponent, intercept = np.polyfit(np.log(flops), np.log(values), 1)
     return PowerLaw(coefficient=float(np.exp(intercept)), exponent=float(exponent))
 
 
-def isoflop_profile(budget: float, runs: Sequence[dict[str, float]]) -> IsoflopProfile | None:
-    """The parabola's vertex for one budget's runs (keys params, tokens, loss); None if not convex."""
+def isoflop_vertex(budget: float, runs: Sequence[dict[str, float]]) -> IsoflopProfile | str:
+    """The parabola's vertex for one budget's runs (keys params, tokens, loss), or why there is none.
+
+    Several runs at one size (seeds) are all fitted: the parabola goes through their mean.
+    """
     log_n = np.log([float(r["params"]) for r in runs])
-    if len(np.unique(log_n)) < 3:
-        return None
+    sizes = len(np.unique(log_n))
+    if sizes < 3:
+        return f"{sizes} distinct sizes (a parabola needs 3)"
     loss = np.array([float(r["loss"]) for r in runs])
     c2, c1, c0 = np.polyfit(log_n, loss, 2)
     if c2 <= 0:
-        return None
+        return "loss is not convex in log N (the parabola opens downward)"
     vertex = -c1 / (2 * c2)
     slope, intercept = np.polyfit(log_n, np.log([float(r["tokens"]) for r in runs]), 1)
     return IsoflopProfile(
@@ -80,12 +85,23 @@ def isoflop_profile(budget: float, runs: Sequence[dict[str, float]]) -> IsoflopP
     )
 
 
-def fit_isoflops(runs: Sequence[dict[str, float]]) -> IsoflopFit:
-    """Profiles per ``budget`` key and the power laws over them."""
+def isoflop_profile(budget: float, runs: Sequence[dict[str, float]]) -> IsoflopProfile | None:
+    """The parabola's vertex for one budget's runs; None if there is none (``isoflop_vertex`` says why)."""
+    vertex = isoflop_vertex(budget, runs)
+    return vertex if isinstance(vertex, IsoflopProfile) else None
+
+
+def group_by_budget(runs: Sequence[dict[str, float]]) -> dict[float, list[dict[str, float]]]:
+    """Runs per ``budget`` key, budgets ascending, runs in their order."""
     by_budget: dict[float, list[dict[str, float]]] = defaultdict(list)
     for run in runs:
         by_budget[float(run["budget"])].append(run)
-    profiles = [isoflop_profile(budget, group) for budget, group in sorted(by_budget.items())]
+    return dict(sorted(by_budget.items()))
+
+
+def fit_isoflops(runs: Sequence[dict[str, float]]) -> IsoflopFit:
+    """Profiles per ``budget`` key and the power laws over them."""
+    profiles = [isoflop_profile(budget, group) for budget, group in group_by_budget(runs).items()]
     found = tuple(p for p in profiles if p is not None)
     bracketed = [p for p in found if p.inside]
     if len(bracketed) < 2:
@@ -93,6 +109,6 @@ def fit_isoflops(runs: Sequence[dict[str, float]]) -> IsoflopFit:
     budgets = [p.budget for p in bracketed]
     return IsoflopFit(
         found,
-        _power_law(budgets, [p.params for p in bracketed]),
-        _power_law(budgets, [p.tokens for p in bracketed]),
+        fit_power_law(budgets, [p.params for p in bracketed]),
+        fit_power_law(budgets, [p.tokens for p in bracketed]),
     )
