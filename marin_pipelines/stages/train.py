@@ -101,6 +101,7 @@ def check_trainable(cache: Artifact, mixture: MixtureConfig, model: LlamaConfig,
     except ValueError as e:
         raise InputError(str(e)) from None
     need = model.seq_len + 1
+    available = {}
     for name, source in mixture.sources.items():
         if source.input is not None:
             raise InputError(f"data_mixture source {name!r}: its input {source.input!r} is not a step input")
@@ -117,6 +118,25 @@ def check_trainable(cache: Artifact, mixture: MixtureConfig, model: LlamaConfig,
                 f"data_mixture source {name!r}: the train split of {url} has {tokens} tokens, fewer than one "
                 f"sequence of seq_len + 1 = {need}; lower the model's seq_len or give it more text"
             )
+        available[name] = tokens
+    if train.max_epochs is not None and None not in available.values():
+        check_epochs(mixture, model, train, available)
+
+
+def check_epochs(
+    mixture: MixtureConfig, model: LlamaConfig, train: TrainConfig, available: dict[str, int]
+) -> None:
+    """Refuse a run that would read a source more than ``train.max_epochs`` times, saying how many training
+    tokens that source would need."""
+    epochs = mixture.epochs(train.batch_size, train.steps, model.seq_len, available)
+    over = {name: e for name, e in epochs.items() if e > train.max_epochs}
+    if over:
+        needs = {name: math.ceil(available[name] * e / train.max_epochs) for name, e in over.items()}
+        raise InputError(
+            f"the run would read {', '.join(f'{n!r} {e:.2f} times' for n, e in over.items())}, more than "
+            f"train.max_epochs = {train.max_epochs}: it needs {needs} training tokens (has "
+            f"{ {n: available[n] for n in over} }); give it more text, or lower the budget"
+        )
 
 
 def launch_training(

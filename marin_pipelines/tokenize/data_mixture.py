@@ -103,6 +103,23 @@ class MixtureConfig(BaseModel):
         a stage weighs but that would get no row."""
         return [(start, batch_counts(weights, batch_size)) for start, weights in self.schedule()]
 
+    def epochs(
+        self, batch_size: int, steps: int, seq_len: int, train_tokens: dict[str, int]
+    ) -> dict[str, float]:
+        """How many times a run of ``steps`` reads each source's training split (``train_tokens`` by source):
+        its sequences read over the sequences the split holds."""
+        read = sequences_before(self.batch_counts(batch_size), steps)
+        return {name: read[name] / max(1, (train_tokens[name] - 1) // seq_len) for name in self.sources}
+
+
+def sequences_before(stages: list[tuple[int, dict[str, int]]], step: int) -> dict[str, int]:
+    """Sequences of each source in the batches before ``step``, by the stages' (first step, counts)."""
+    total = dict.fromkeys(stages[0][1], 0)
+    for (start, counts), (end, _) in zip(stages, [*stages[1:], (step, None)], strict=True):
+        for name, count in counts.items():
+            total[name] += count * max(0, min(step, end) - start)
+    return total
+
 
 def batch_counts(weights: dict[str, float], batch_size: int) -> dict[str, int]:
     """Sequences per batch for each source: shares of ``batch_size`` rounded by largest remainder (a source
@@ -163,10 +180,7 @@ class MixtureLoader:
 
     def consumed(self, name: str, step: int) -> int:
         """Sequences of source ``name`` in the batches before ``step``: where its rows of ``step`` start."""
-        total = 0
-        for (start, counts), (end, _) in zip(self.stages, [*self.stages[1:], (step, None)], strict=True):
-            total += counts[name] * max(0, min(step, end) - start)
-        return total
+        return sequences_before(self.stages, step)[name]
 
     @classmethod
     def from_config(

@@ -50,6 +50,12 @@ class TrainConfig(BaseModel):
     peak_flops: float | None = Field(
         default=None, gt=0, description="peak FLOP/s per device, the MFU denominator; None: measure matmuls"
     )
+    max_epochs: float | None = Field(
+        default=None,
+        gt=0,
+        description="refuse a run that would read any data source's training split more than this many "
+        "times (a ladder rung that repeats its text learns little that extrapolates); None: no limit",
+    )
 
     @model_validator(mode="after")
     def _check_warmup(self) -> TrainConfig:

@@ -138,3 +138,13 @@ def test_stages_are_checked_against_the_sources() -> None:
     ])  # fmt: skip
     with pytest.raises(ValueError, match=r"sources \['rare'\] get 0 of 16"):
         config.batch_counts(16)
+
+
+def test_epochs_count_each_sources_reads_through_the_stages() -> None:
+    mixture = MixtureConfig(
+        sources={"a": {"weight": 1.0}, "b": {"cache": "/b", "weight": 0.0}},
+        stages=[{"start": 10, "weights": {"a": 1.0, "b": 1.0}}],
+    )
+    # batch 4: a has 4 rows for 10 steps, then 2 for 10; b none, then 2. Windows: a 80 // 8, b 40 // 8
+    epochs = mixture.epochs(batch_size=4, steps=20, seq_len=8, train_tokens={"a": 81, "b": 41})
+    assert epochs == {"a": 60 / 10, "b": 20 / 5}
