@@ -19,6 +19,7 @@ from marin_pipelines.tokenize.demo_chat import HELDOUT_FILE, TRAIN_FILE, DemoCha
 from marin_pipelines.tokenize.tokenizer import TOKENIZER_FILE, TokenizerConfig, train_tokenizer
 from marin_pipelines.train.checkpoint import load_checkpoint, load_params, params_sha256
 from marin_pipelines.train.model import LlamaConfig
+from marin_pipelines.train.sft import HELDOUT_FILE as HELDOUT_LOSSES
 from marin_pipelines.train.sft import SFT_DATA_FILE, sft
 from marin_pipelines.train.train_config import CHAT_TEMPLATE_FILE, TrainConfig
 from marin_pipelines.train.trainer import train
@@ -90,7 +91,9 @@ def test_the_command_fine_tunes_and_compares_on_held_out_chat(sft_base, tmp_path
     )
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["steps"] == 20 and summary["data"]["conversations"] == 400
-    assert set(summary["heldout_chat_loss"]) == {"base", "sft"}
+    losses = summary["heldout_chat_loss"]
+    assert set(losses) == {"base", "sft", "assistant_tokens"} and losses["assistant_tokens"] > 0
+    assert json.loads((tmp_path / "run" / HELDOUT_LOSSES).read_text()) == losses  # what the sft step reads
     config.write_text("train:\n  learning_rate: -1\n")
     assert main([*args, "--out", str(tmp_path / "bad"), "--config", str(config)]) == 2
     assert "learning_rate" in capsys.readouterr().err
