@@ -358,7 +358,7 @@ class ConstantRecipe(BaseModel):
             recipe=self.name,
             tokens=tokens,
             tokens_per_param=tokens / model.num_params(include_embeddings=False),
-            optimizer=getattr(rung.train, "optimizer", "adamw"),
+            optimizer=rung.train.optimizer,
         )
 
 
