@@ -20,6 +20,7 @@ COMMANDS = (
     "export_hf",
     "eval",
     "fit_scaling_law",
+    "forecast",
     "leaderboard",
     "process_crawl",
     "extract",
