@@ -142,7 +142,6 @@ def test_a_rerun_reuses_every_rung_and_the_forecast(forecast, capsys):
     assert {k: v for k, v in again.items() if k != "cpu_seconds"} == {
         k: v for k, v in first.items() if k != "cpu_seconds"
     }
-    assert again["cpu_seconds"] < 0.25 * first["cpu_seconds"]  # nothing trained
     progress = captured.err.splitlines()
     ladder = [line for line in progress if line.startswith("rung ")]
     assert len(ladder) == 9 and all(line.endswith("(reused)") for line in ladder)
