@@ -140,6 +140,24 @@ class LocalCluster:
         self.nodes.append(node)
         return node
 
+    def warm_worker_node(self, module: str) -> None:
+        """A worker process on the worker node with ``module`` imported, for the connected driver's job.
+
+        Without it a loaded machine can finish every short unit on the head while the worker node is
+        still starting its first Python process, so a test that needs a unit there would see none."""
+        import ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        head = ray.get_runtime_context().get_node_id()
+        worker = next(n["NodeID"] for n in ray.nodes() if n["Alive"] and n["NodeID"] != head)
+
+        def imported() -> int:
+            __import__(module)
+            return os.getpid()
+
+        pinned = NodeAffinitySchedulingStrategy(worker, soft=False)
+        ray.get(ray.remote(imported).options(scheduling_strategy=pinned).remote(), timeout=120)
+
     def stop(self) -> None:
         for node in reversed(self.nodes):
             node.stop()

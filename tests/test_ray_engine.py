@@ -83,8 +83,12 @@ def test_a_crawl_on_ray_gives_the_local_bytes_and_funnels(ray_cluster, warc_file
 def test_a_worker_node_lost_mid_stage_costs_a_retry_not_a_document(warc_files, tmp_path):
     """Every process of the worker node is killed while it runs a unit; Ray retries it on the head."""
     expected = write_web_documents(warc_files, tmp_path / "local", WebDocumentsConfig(shard_docs=40))
+    import ray
+
     cluster = LocalCluster()  # its own: this test destroys the worker node
     try:
+        ray.init(address=cluster.address, log_to_driver=False, configure_logging=False)  # RayEngine reuses it
+        cluster.warm_worker_node("marin_pipelines.crawl.web_documents")
         killed = threading.Event()
 
         def kill_when_busy() -> None:
@@ -102,6 +106,7 @@ def test_a_worker_node_lost_mid_stage_costs_a_retry_not_a_document(warc_files, t
         )
         killer.join()
     finally:
+        ray.shutdown()
         cluster.stop()
     assert killed.is_set(), "the worker node never ran a unit"
     assert got[0] == expected[0] and got[0].conserved
