@@ -45,18 +45,15 @@ from typing import Any
 import numpy as np
 
 from marin_pipelines.documents import KEPT_PREFIX
+from marin_pipelines.scaling.isoflop_ladder import MIN_BUDGETS, MIN_POINTS, plan_rungs
 from marin_pipelines.scaling.recipe import ConstantRecipe, DelphiRecipe, RecipeRun, recipe
 from marin_pipelines.scaling.scaling_law import budget_key
 from marin_pipelines.tokenize.data_mixture import MixtureConfig
 from marin_pipelines.tokenize.tokenized_cache import CacheConfig, TokenCache
-from marin_pipelines.train.train_config import TrainConfig
 
 Say = Callable[[str], None]
 ChosenRecipe = DelphiRecipe | ConstantRecipe
 
-SWEEP_FACTOR = 4.0  # an IsoFLOP sweep spans N*/4 .. 4 N*: wide enough to bracket a flat optimum
-MIN_POINTS = 3  # a parabola per budget needs three sizes
-MIN_BUDGETS = 3  # the frontier E + A C^-a has three unknowns
 BOOTSTRAP = 200  # resamples for the forecast's interval
 EVAL_BATCH_SIZE = 16  # eval_results' default; the loss does not depend on it
 DOCUMENT_SUFFIXES = (".jsonl", ".parquet")  # files that hold many documents; any other file is one
@@ -239,34 +236,6 @@ class Plan:
     merged: dict[str, int]
 
 
-def sweep_params(optimum: float, points: int) -> list[float]:
-    """``points`` non-embedding param counts spaced geometrically over optimum/4 .. optimum x 4."""
-    return [optimum * SWEEP_FACTOR**x for x in np.linspace(-1.0, 1.0, points)]
-
-
-def plan_budget(
-    chosen: ChosenRecipe, budget: float, vocab_size: int, seq_len: int, points: int
-) -> tuple[list[RecipeRun], list[str], int]:
-    """One budget's IsoFLOP sweep around the recipe's compute-optimal size: its distinct shapes (smallest
-    first), the reasons the recipe refused points, and how many points fell on a shape already taken."""
-    try:
-        optimum = chosen.run(budget, vocab_size, seq_len)
-    except ValueError as e:
-        raise ValueError(f"budget {budget_key(budget)}: {e}") from None
-    runs: dict[str, RecipeRun] = {}
-    refused: list[str] = []
-    merged = 0
-    for params in sweep_params(optimum.params, points):
-        try:
-            run = chosen.run(budget, vocab_size, seq_len, params=params)
-        except ValueError as e:
-            refused.append(f"{params:.3g} params: {e}")
-            continue
-        merged += run.size in runs
-        runs.setdefault(run.size, run)
-    return sorted(runs.values(), key=lambda r: r.params), refused, merged
-
-
 def plan_ladder(
     chosen: ChosenRecipe,
     budgets: Sequence[float],
@@ -278,33 +247,25 @@ def plan_ladder(
     seq_len: int,
     points_per_budget: int,
 ) -> Plan:
-    """Every rung and the target, as the recipe makes them; an error (before anything trains) for a budget
-    whose sweep has fewer than three shapes, whose optimum could never be bracketed."""
-    rungs: list[Rung] = []
-    refused: dict[str, list[str]] = {}
-    merged: dict[str, int] = {}
-    for budget in sorted(budgets):
-        key = budget_key(budget)
-        runs, refused[key], merged[key] = plan_budget(chosen, budget, vocab_size, seq_len, points_per_budget)
-        if len(runs) < MIN_POINTS:
-            raise ValueError(
-                f"budget {key}: the recipe gives {len(runs)} distinct shapes "
-                f"({', '.join(r.size for r in runs) or 'none'}) for {points_per_budget} points, fewer than "
-                f"the {MIN_POINTS} an IsoFLOP parabola needs ({len(refused[key])} refused"
-                + (f": {refused[key][0]}" if refused[key] else "")
-                + "); raise the budget or --points-per-budget"
-            )
-        for run in runs:
-            for seed in range(seeds):
-                seeded = chosen.run(
-                    budget, vocab_size, seq_len, params=run.params, base=TrainConfig(seed=seed)
-                )
-                rungs.append(Rung(seeded, seed, out_dir / RUNGS_DIR / key / f"{run.size}-s{seed}"))
+    """Every rung and the target, as the recipe makes them (``isoflop_ladder.plan_rungs``, as the Dagster
+    ladder plans them); an error, before anything trains, for a budget whose optimum cannot be bracketed."""
+    planned = plan_rungs(
+        chosen,
+        list(budgets),
+        seeds,
+        vocab_size=vocab_size,
+        seq_len=seq_len,
+        points_per_budget=points_per_budget,
+    )
+    rungs = [
+        Rung(r.run, r.seed, out_dir / RUNGS_DIR / budget_key(r.run.budget) / f"{r.run.size}-s{r.seed}")
+        for r in planned.rungs
+    ]
     try:
         target_run = chosen.run(target, vocab_size, seq_len)
     except ValueError as e:
         raise ValueError(f"--target {budget_key(target)}: {e}") from None
-    return Plan(rungs, Rung(target_run, 0, out_dir / TARGET_DIR), refused, merged)
+    return Plan(rungs, Rung(target_run, 0, out_dir / TARGET_DIR), planned.refused, planned.merged)
 
 
 def needed_tokens(run: RecipeRun, max_epochs: float) -> int:

@@ -23,8 +23,8 @@ from marin_pipelines.scaling.forecast_ladder import (
     find_text,
     needed_tokens,
     run_forecast,
-    sweep_params,
 )
+from marin_pipelines.scaling.isoflop_ladder import sweep_params
 from marin_pipelines.scaling.recipe import recipe
 
 STDLIB = Path(argparse.__file__).parent
