@@ -133,7 +133,7 @@ class _QuietServer(ThreadingHTTPServer):
 # marked slow, and `make test-fast` leaves it out (`make test`, what CI runs, runs everything).
 SLOW_FIXTURES = {
     "tiny_store", "gcs_emulator", "postgres_server", "graph", "ablation", "evaluated", "resumed",
-    "data_part", "trained", "two_processes", "sft_base",
+    "data_part", "trained", "two_processes", "sft_base", "forecast_run",
 }  # fmt: skip
 
 

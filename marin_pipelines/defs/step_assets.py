@@ -68,8 +68,11 @@ def partitions(step: Step) -> PartitionsDefinition | None:
         return None
     if step.partitioning == "snapshot":
         return snapshot_partitions(source)
-    rungs = [key.split("|") for key in step.partition_keys()]  # budget|size
-    budgets, sizes = (list(dict.fromkeys(values)) for values in zip(*rungs, strict=True))
+    keys = step.partition_keys()
+    rungs = [key.split("|") for key in keys]
+    if any(len(rung) != 2 for rung in rungs):  # an IsoFLOP ladder's budget|shape|seed: shapes vary by budget
+        return StaticPartitionsDefinition(keys)
+    budgets, sizes = (list(dict.fromkeys(values)) for values in zip(*rungs, strict=True))  # every budget|size
     return MultiPartitionsDefinition(
         {"budget": StaticPartitionsDefinition(budgets), "size": StaticPartitionsDefinition(sizes)}
     )

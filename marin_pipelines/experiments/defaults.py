@@ -1,7 +1,7 @@
 """Helpers that declare the usual steps, so that an experiment file reads like a recipe (Marin's
-``defaults.py``): crawl and text, quality and curation, tokenizer and cache, train, chat data and SFT,
-evaluate, a scaling ladder with a preregistered target, the speedrun, a comparison, and ``variant`` for an
-ablation.
+``defaults.py``): crawl and text (or the installed packages' text), quality and curation, tokenizer and
+cache, train, chat data and SFT, evaluate, a scaling ladder with a preregistered target, an IsoFLOP ladder
+by a scaling recipe with its forecast target, the speedrun, a comparison, and ``variant`` for an ablation.
 
 Configs are given as dicts (or config objects); a bad field is an error naming the step, the place it
 was declared and the field. Step names are ``{prefix}/{stage}`` unless a name is given.
@@ -15,9 +15,11 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from marin_pipelines.config_errors import describe
+from marin_pipelines.scaling.isoflop_ladder import IsoflopLadderConfig
 from marin_pipelines.scaling.scaling_law import LadderConfig
 from marin_pipelines.stages import crawl as crawl_stages
 from marin_pipelines.stages import evals as eval_stages
+from marin_pipelines.stages import package_text as package_text_stages
 from marin_pipelines.stages import quality as quality_stages
 from marin_pipelines.stages import scaling as scaling_stages
 from marin_pipelines.stages import sft as sft_stages
@@ -397,6 +399,103 @@ def preregistered_target(
         scaling_stages.scaling_law,
         {},
         {"scaling_prediction": prediction, "eval_results": evaluation},
+    )
+    return Target(prediction, checkpoint, evaluation, law)
+
+
+def package_text(name: str, **config: Any) -> Step:
+    """The installed packages' source and documentation text (``PackageTextConfig`` fields): a corpus of
+    tens of millions of tokens on every machine, for ladders that must not repeat their data."""
+    return step(name, package_text_stages.package_text, config, {})
+
+
+@dataclass(frozen=True)
+class IsoflopLadder:
+    config: IsoflopLadderConfig
+    checkpoints: Step
+    evaluations: Step
+
+
+def isoflop_ladder(
+    prefix: str,
+    tokens: TokenSteps,
+    *,
+    ladder: Fields,
+    train: Fields = None,
+    data_mixture: Fields = None,
+    evals: Fields = None,
+    also: dict[str, Step] | None = None,
+    batch_size: int = 16,
+) -> IsoflopLadder:
+    """Per budget, the recipe's sweep of sizes around its compute-optimal one (with ``seeds`` seeds each),
+    one partition per rung, and their evaluations (on ``also``'s validation splits too: downstream sets)."""
+    _expect(tokens, TokenSteps, "tokens", f"{prefix}/isoflop_checkpoint")
+    config = {"ladder": _fields(ladder), "train": _fields(train), "data_mixture": _fields(data_mixture)}
+    runs = step(
+        f"{prefix}/isoflop_checkpoint",
+        train_stages.isoflop_checkpoint,
+        _drop_none(config),
+        {"tokenized_cache": tokens.cache},
+    )
+    evaluations = evaluate(
+        f"{prefix}/ladder_eval_results", runs, evals=evals, batch_size=batch_size, also=also
+    )
+    return IsoflopLadder(runs.config.ladder, runs, evaluations)
+
+
+def forecast_target(
+    prefix: str,
+    ladder: IsoflopLadder,
+    *,
+    downstream: list[str] | None = None,
+    evals: Fields = None,
+    also: dict[str, Step] | None = None,
+    batch_size: int = 16,
+) -> Target:
+    """The recipe's run at the ladder's ``target_budget``, its loss (and each ``downstream`` score, e.g.
+    ``bpb/NAME`` of an ``also`` set) forecast from the ladder first: the checkpoint runs after the forecast
+    (an edge in the graph), which never sees it. It trains as the rungs do (their ``train`` and mixture)."""
+    where = f"step {prefix + '/checkpoint'!r} ({declared_at()})"
+    _expect(ladder, IsoflopLadder, "ladder", f"{prefix}/checkpoint")
+    if ladder.config.target_budget is None:
+        raise StepError(f"{where}: the ladder has no target_budget to forecast a run for")
+    sets = {*(also or {}), *ladder.checkpoints.config.data_mixture.sources}
+    for metric in downstream or []:
+        kind, _, name = metric.partition("/")
+        if kind in ("bpb", "loss") and name not in sets:
+            raise StepError(
+                f"{where}: downstream {metric!r}: no set {name!r} is evaluated; sets: {sorted(sets)}"
+            )
+    runs = ladder.checkpoints
+    run = {
+        "model": {"seq_len": ladder.config.seq_len},
+        "train": runs.config.train,
+        "data_mixture": runs.config.data_mixture,
+        "target": ladder.config.target(),
+    }
+    run_config = validated(train_stages.TrainRunConfig, run, where)
+    cache = runs.inputs["tokenized_cache"]
+    config = {
+        "target": run_config,
+        "bootstrap": ladder.config.bootstrap,
+        "seed": ladder.config.seed,
+        "downstream": downstream or [],
+    }
+    prediction = step(
+        f"{prefix}/isoflop_forecast",
+        scaling_stages.isoflop_forecast,
+        config,
+        {"ladder_eval_results": ladder.evaluations, "tokenized_cache": cache},
+    )
+    checkpoint = step(
+        f"{prefix}/checkpoint", train_stages.checkpoint, run_config, {"tokenized_cache": cache}, (prediction,)
+    )
+    evaluation = evaluate(f"{prefix}/eval_results", checkpoint, evals=evals, batch_size=batch_size, also=also)
+    law = step(
+        f"{prefix}/isoflop_law",
+        scaling_stages.isoflop_law,
+        {},
+        {"isoflop_forecast": prediction, "eval_results": evaluation},
     )
     return Target(prediction, checkpoint, evaluation, law)
 

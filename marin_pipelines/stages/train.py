@@ -1,4 +1,5 @@
-"""Training: a model on a tokenized cache, and a scaling ladder's runs as (budget x size) partitions.
+"""Training: a model on a tokenized cache, and a scaling ladder's runs as partitions: (budget x size) for a
+ladder of named sizes, (budget x size x seed) for an IsoFLOP ladder planned by a scaling recipe.
 
 Each run goes through the launcher (a subprocess here, a pod on Kubernetes). The child trains in the
 output's work folder, keyed by the step's version in the store: a retry, a preempted pod or a later
@@ -13,6 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from marin_pipelines.scaling.isoflop_ladder import IsoflopLadderConfig, target_run
 from marin_pipelines.scaling.scaling_law import LadderConfig, budget_key
 from marin_pipelines.steps import Check, InputError, Launcher, StepContext, stage
 from marin_pipelines.store import Artifact, PendingArtifact, read_url
@@ -44,7 +46,9 @@ class TrainRunConfig(BaseModel):
 
     With ``target`` (``LadderConfig.target()``: the ladder's training rule and the budget, not its rungs)
     the run trains ``model.size`` for ``target_budget`` FLOPs by that rule; seed, betas, decay and the rest
-    come from ``train``. Adding a rung to the ladder changes its prediction, never this run.
+    come from ``train``. Adding a rung to the ladder changes its prediction, never this run. With an
+    IsoFLOP ladder's target (``IsoflopLadderConfig.target()``, which names a recipe) the recipe decides the
+    shape as well, and ``model`` is not used.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -67,6 +71,10 @@ class TrainRunConfig(BaseModel):
         size, seq_len = self.model.size, self.model.seq_len
         if self.target is None:
             return preset(size, vocab_size, seq_len), self.train
+        if "recipe" in self.target:
+            run = target_run(self.target, self.train)
+            check_vocabulary(vocab_size, run.model)
+            return run.model, run.train
         rule = LadderConfig(**self.target)
         run = rule.run(size, self.target["target_budget"], vocab_size, seq_len, self.train)
         return run.model, run.train
@@ -81,6 +89,27 @@ class LadderRunsConfig(BaseModel):
     seq_len: int = Field(128, ge=8)
     train: TrainConfig = Field(TrainConfig(), description="what the rule leaves: seed, betas, decay...")
     data_mixture: MixtureConfig = MixtureConfig()
+
+
+class IsoflopRunsConfig(BaseModel):
+    """An IsoFLOP ladder's rungs, each the recipe's run at one budget, size and seed, on one mixture."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    ladder: IsoflopLadderConfig
+    train: TrainConfig = Field(
+        TrainConfig(), description="what the recipe leaves (logging, checkpoints, max_epochs); seeds per rung"
+    )
+    data_mixture: MixtureConfig = MixtureConfig()
+
+
+def check_vocabulary(vocab_size: int, model: LlamaConfig) -> None:
+    """A model planned before its tokenizer was trained holds every token id of it."""
+    if vocab_size > model.vocab_size:
+        raise InputError(
+            f"the tokenizer has {vocab_size} tokens, more than the ladder's vocab_size {model.vocab_size}: "
+            "set the ladder's vocab_size to the tokenizer's"
+        )
 
 
 def loss_finite_and_falling(artifact: Artifact) -> tuple[bool, dict[str, Any]]:
@@ -217,3 +246,29 @@ def ladder_checkpoint(
     check_trainable(tokenized_cache, config.data_mixture, run.model, run.train)
     run_training(out, tokenized_cache, ctx.launcher, config.data_mixture, run.model, run.train)
     out.metadata["budget_flops"] = budget
+
+
+def isoflop_partition_keys(config: IsoflopRunsConfig, strict: bool = False) -> list[str]:
+    """One partition per rung, ``budget|shape|s<seed>``, planned from the config alone."""
+    return [rung.key for rung in config.ladder.plan(config.train).rungs]
+
+
+@stage(
+    IsoflopRunsConfig,
+    group="scaling",
+    kinds=("jax",),
+    partitioning="ladder",
+    checks=LOSS_CHECK,
+    needs=("launcher",),
+    partition_keys=isoflop_partition_keys,
+)
+def isoflop_checkpoint(
+    ctx: StepContext, out: PendingArtifact, config: IsoflopRunsConfig, tokenized_cache: Artifact
+) -> None:
+    """One rung of an IsoFLOP ladder: the recipe's run at one budget, size and seed."""
+    rung = config.ladder.rung(str(out.partition), config.train)
+    model, train = rung.run.model, rung.run.train
+    check_vocabulary(tokenized_cache.metadata["vocab_size"], model)
+    check_trainable(tokenized_cache, config.data_mixture, model, train)
+    run_training(out, tokenized_cache, ctx.launcher, config.data_mixture, model, train)
+    out.metadata.update(budget_flops=rung.run.budget, seed=rung.seed, rung=rung.run.describe())

@@ -1,0 +1,52 @@
+"""Predict before you train: an IsoFLOP ladder by the Delphi-style recipe on text no rung repeats, a forecast
+written down before a run 12.5x past the ladder's largest budget starts, and that run against it.
+
+The installed packages' code and documents (no standard library) are the training text; the standard
+library is a held-out set whose bits-per-byte is forecast in two steps, compute -> loss -> bpb. About
+half an hour on 2 CPU cores; ``bench/scaling_forecast.py`` measures the same forecast against the
+old constant recipe's.
+"""
+
+from __future__ import annotations
+
+from marin_pipelines.experiment import Experiment
+from marin_pipelines.experiments.defaults import (
+    forecast_target,
+    isoflop_ladder,
+    package_text,
+    tokenizer_and_cache,
+)
+
+VOCAB_SIZE = 512
+LADDER = {
+    "recipe": {"name": "delphi", "head_dim": 8},
+    "budgets": [1e11, 2e11, 4e11, 8e11],
+    "points_per_budget": 5,
+    "seeds": 1,
+    "vocab_size": VOCAB_SIZE,
+    "seq_len": 128,
+    "target_budget": 1e13,
+}
+TRAIN = {"max_epochs": 1.0, "log_every": 50}  # what the recipe leaves; no rung reads its text twice
+
+code = package_text("scaling_forecast/package_text", include_stdlib=False)
+stdlib = package_text("scaling_forecast/stdlib_text", distributions=(), include_stdlib=True)
+tokens = tokenizer_and_cache(
+    "scaling_forecast", code, tokenizer={"vocab_size": VOCAB_SIZE}, cache={"validation_fraction": 0.05}
+)
+held_out = tokenizer_and_cache(
+    "scaling_forecast/stdlib", stdlib, tokenizer=tokens.tokenizer, cache={"validation_fraction": 0.1}
+)
+ladder = isoflop_ladder(
+    "scaling_forecast", tokens, ladder=LADDER, train=TRAIN, also={"stdlib": held_out.cache}
+)
+target = forecast_target(
+    "scaling_forecast", ladder, downstream=["bpb/stdlib"], also={"stdlib": held_out.cache}
+)
+
+scaling_forecast = Experiment(
+    "scaling_forecast",
+    steps=[target.scaling_law],
+    description="An IsoFLOP ladder (4 budgets, 5 sizes each) by the delphi recipe on the installed packages' "
+    "text, a forecast for 12.5x the largest budget written before that run starts, and the run against it.",
+)
