@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 
 from marin_pipelines.documents import KEPT_PREFIX
-from marin_pipelines.scaling.isoflop_ladder import MIN_BUDGETS, MIN_POINTS, plan_rungs
+from marin_pipelines.scaling.isoflop_ladder import MIN_BUDGETS, MIN_POINTS, IsoflopRung, plan_rungs
 from marin_pipelines.scaling.recipe import ConstantRecipe, DelphiRecipe, RecipeRun, recipe
 from marin_pipelines.scaling.scaling_law import budget_key
 from marin_pipelines.tokenize.data_mixture import MixtureConfig
@@ -213,11 +213,9 @@ def _opened(cache_dir: Path, say: Say, how: str) -> TokenCache:
 
 
 @dataclass(frozen=True)
-class Rung:
+class Rung(IsoflopRung):
     """One run of the ladder (or the target): what the recipe decided, and where it trains."""
 
-    run: RecipeRun
-    seed: int
     folder: Path
 
     @property

@@ -9,7 +9,6 @@ never larger), so the partitions exist before any text is tokenized.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -17,7 +16,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator
 
 from marin_pipelines.scaling.recipe import AnyRecipe, DelphiRecipe, RecipeRun
-from marin_pipelines.scaling.scaling_law import budget_key
+from marin_pipelines.scaling.scaling_law import budget_key, check_budgets
 from marin_pipelines.train.train_config import TrainConfig
 
 SWEEP_FACTOR = 4.0  # an IsoFLOP sweep spans N*/4 .. 4 N*: wide enough to bracket a flat optimum
@@ -136,12 +135,7 @@ class IsoflopLadderConfig(BaseModel):
     @field_validator("budgets")
     @classmethod
     def _distinct_budgets(cls, budgets: list[float]) -> list[float]:
-        if any(not (b > 0 and math.isfinite(b)) for b in budgets):
-            raise ValueError(f"budgets must be positive and finite, got {budgets}")
-        keys = [budget_key(b) for b in budgets]
-        if len(set(keys)) < len(keys):
-            raise ValueError(f"budgets must differ in their first 3 significant figures, got {keys}")
-        return sorted(budgets)
+        return sorted(check_budgets(budgets))
 
     def plan(self, base: TrainConfig | None = None) -> IsoflopPlan:
         return plan_rungs(

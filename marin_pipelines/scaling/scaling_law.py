@@ -38,6 +38,16 @@ def budget_key(budget_flops: float) -> str:
     return f"{budget_flops:.3g}".replace("+", "")
 
 
+def check_budgets(budgets: list[float]) -> list[float]:
+    """Budgets that name partitions: positive, finite and distinct in their keys (3 significant figures)."""
+    if any(not (b > 0 and math.isfinite(b)) for b in budgets):
+        raise ValueError(f"budgets must be positive and finite, got {budgets}")
+    keys = [budget_key(b) for b in budgets]
+    if len(set(keys)) < len(keys):
+        raise ValueError(f"budgets must differ in their first 3 significant figures, got {keys}")
+    return budgets
+
+
 class LadderRun(BaseModel):
     """One rung: a model size trained for one FLOP budget."""
 
@@ -105,12 +115,7 @@ class LadderConfig(BaseModel):
     @field_validator("budgets")
     @classmethod
     def _positive_budgets(cls, budgets: list[float]) -> list[float]:
-        if any(not (b > 0 and math.isfinite(b)) for b in budgets):
-            raise ValueError(f"budgets must be positive and finite, got {budgets}")
-        keys = [budget_key(b) for b in budgets]
-        if len(set(keys)) < len(keys):
-            raise ValueError(f"budgets must differ in their first 3 significant figures, got {keys}")
-        return budgets
+        return check_budgets(budgets)
 
     def learning_rate_for(self, model: LlamaConfig) -> float:
         if self.lr_rule == "constant":
