@@ -45,7 +45,13 @@ from typing import Any
 import numpy as np
 
 from marin_pipelines.documents import KEPT_PREFIX
-from marin_pipelines.scaling.isoflop_ladder import MIN_BUDGETS, MIN_POINTS, IsoflopRung, plan_rungs
+from marin_pipelines.scaling.isoflop_ladder import (
+    MIN_BUDGETS,
+    MIN_POINTS,
+    IsoflopPlan,
+    IsoflopRung,
+    plan_rungs,
+)
 from marin_pipelines.scaling.recipe import ConstantRecipe, DelphiRecipe, RecipeRun, recipe
 from marin_pipelines.scaling.scaling_law import budget_key
 from marin_pipelines.tokenize.data_mixture import MixtureConfig
@@ -224,14 +230,11 @@ class Rung(IsoflopRung):
 
 
 @dataclass(frozen=True)
-class Plan:
-    """The ladder's rungs (budgets ascending, sizes ascending, seeds), the target, and per budget the
-    sweep's points the recipe refused or mapped onto a shape already in the sweep."""
+class Plan(IsoflopPlan):
+    """The ladder's plan with each rung's folder, and the target."""
 
-    rungs: list[Rung]
+    rungs: list[Rung]  # type: ignore[assignment]
     target: Rung
-    refused: dict[str, list[str]]
-    merged: dict[str, int]
 
 
 def plan_ladder(
@@ -263,7 +266,7 @@ def plan_ladder(
         target_run = chosen.run(target, vocab_size, seq_len)
     except ValueError as e:
         raise ValueError(f"--target {budget_key(target)}: {e}") from None
-    return Plan(rungs, Rung(target_run, 0, out_dir / TARGET_DIR), planned.refused, planned.merged)
+    return Plan(rungs, planned.refused, planned.merged, Rung(target_run, 0, out_dir / TARGET_DIR))
 
 
 def needed_tokens(run: RecipeRun, max_epochs: float) -> int:
