@@ -12,9 +12,12 @@ target run and reports (predicted - actual) / actual for that target:
   and one LR, the 5-parameter Chinchilla L(N, D) (or its log-linear fallback) fitted over them, and micro
   at the target budget by the same rule.
 
-Both use the same token cache and the same validation loss. The last line is one JSON object with both
-errors, the seeds' spread and the ratio |delphi| / |constant|. About an hour on 2 cores at the defaults;
-reruns reuse every finished run (``--out``).
+Both use the same token cache and the same validation loss. Beyond loss, the delphi side also forecasts
+a downstream number in two steps, compute -> loss -> metric: bits-per-byte on the standard library's text
+(held out: no rung trains on it), mapped from loss across the rungs (``scaling/downstream.py``) and read
+at the forecast loss, against the target's own. The last line is one JSON object with both loss errors,
+the downstream error, the seeds' spread and the ratio |delphi| / |constant|. About an hour on 2 cores at
+the defaults; reruns reuse every finished run (``--out``).
 
     .venv/bin/python bench/scaling_forecast.py --out .marin/bench/scaling_forecast
 """
@@ -23,19 +26,39 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import shutil
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from marin_pipelines.crawl.package_text import PackageTextConfig, build_package_corpus
+from marin_pipelines.scaling.downstream import downstream_forecast
 from marin_pipelines.scaling.fit import fit
-from marin_pipelines.scaling.forecast_ladder import CACHE_DIR, Rung, finished, run_forecast, train_rung
+from marin_pipelines.scaling.forecast_ladder import (
+    BOOTSTRAP,
+    CACHE_DIR,
+    EVAL_BATCH_SIZE,
+    FORECAST_FILE,
+    TARGET_DIR,
+    Rung,
+    find_text,
+    finished,
+    run_forecast,
+    train_rung,
+)
+from marin_pipelines.scaling.frontier import forecast
 from marin_pipelines.scaling.recipe import ConstantRecipe
 from marin_pipelines.scaling.scaling_law import budget_key
-from marin_pipelines.tokenize.tokenized_cache import TokenCache
+from marin_pipelines.tokenize.tokenized_cache import CacheConfig, TokenCache, build_cache
+from marin_pipelines.tokenize.tokenizer import load_tokenizer, token_byte_lengths
 from marin_pipelines.train.model import preset
 
 OLD_SIZES = ("nano", "micro", "tiny")
 OLD_TARGET = "micro"
+HELD_OUT = "bpb/stdlib"
+HELD_OUT_FILE = "stdlib_bpb.json"  # beside each run's rung.json: its bits-per-byte on the held-out text
 
 
 def corpus(out: Path) -> Path:
@@ -76,6 +99,66 @@ def constant_forecast(
     }
 
 
+def held_out_cache(out: Path, tokenizer_dir: Path) -> TokenCache:
+    """The standard library's text in the ladder's tokenizer, built once (renamed into place when whole)."""
+    cache_dir = out / "stdlib_cache"
+    if not (cache_dir / "cache.json").is_file():
+        folder = out / "stdlib_text"
+        if not (folder / "manifest.json").is_file():
+            build_package_corpus(PackageTextConfig(distributions=(), include_stdlib=True), folder)
+        tmp = out / ".stdlib_cache.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        shards = [str(f) for f in find_text([folder]).collections]
+        config = CacheConfig(validation_fraction=0.1)
+        build_cache(shards, load_tokenizer(tokenizer_dir), tmp, config, out / ".stdlib_cache.work")
+        os.replace(tmp, cache_dir)
+    return TokenCache(cache_dir)
+
+
+def held_out_bpb(run_dir: Path, cache: TokenCache) -> float:
+    """The run's bits-per-byte on the held-out validation split, measured once and kept beside it."""
+    from marin_pipelines.evals.eval_results import evaluate_bpb_sets
+    from marin_pipelines.train.checkpoint import load_checkpoint
+
+    kept = run_dir / HELD_OUT_FILE
+    if kept.is_file():
+        return json.loads(kept.read_text())["bits_per_byte"]
+    model, config = load_checkpoint(run_dir)
+    token_bytes = token_byte_lengths(load_tokenizer(Path(cache.url)))
+    sets = {"stdlib": np.asarray(cache.validation)}
+    evaluated = evaluate_bpb_sets(model, sets, token_bytes, config.seq_len, EVAL_BATCH_SIZE)
+    bpb = evaluated["overall"]["bits_per_byte"]
+    kept.write_text(json.dumps({"bits_per_byte": bpb}))
+    return bpb
+
+
+def downstream(out: Path) -> dict[str, Any]:
+    """compute -> loss -> bits-per-byte on held-out text: the map from loss fitted across the rungs, read
+    at the preregistered loss forecast (the same seeded forecast, recomputed), against the target's."""
+    cache = held_out_cache(out, out / CACHE_DIR)
+    preregistered = json.loads((out / FORECAST_FILE).read_text())
+    runs = []
+    for run in preregistered["runs"]:  # in the order the forecast drew them: the same bootstrap
+        folder = out / "rungs" / budget_key(run["budget"]) / f"{run['size']}-s{run['seed']}"
+        runs.append({**run, HELD_OUT: held_out_bpb(folder, cache)})
+    print(f"downstream: {HELD_OUT} of {len(runs)} rungs measured", flush=True)
+    fields = ("budget", "params", "tokens", "loss", "seed")
+    target = preregistered["target"]["budget"]
+    loss_forecast = forecast([{k: r[k] for k in fields} for r in runs], target, bootstrap=BOOTSTRAP, seed=0)
+    if abs(loss_forecast.loss - preregistered["prediction"]["loss"]) > 1e-9:
+        raise RuntimeError("the recomputed loss forecast differs from the preregistered one")
+    predicted = downstream_forecast(runs, HELD_OUT, loss_forecast)
+    actual = held_out_bpb(out / TARGET_DIR, cache)
+    return {
+        "metric": HELD_OUT,
+        "prediction": {"value": predicted.value, "interval": predicted.interval},
+        "map_r2": predicted.map.r2,
+        "actual": actual,
+        "error": (predicted.value - actual) / actual,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=Path(".marin/bench/scaling_forecast"))
@@ -105,6 +188,7 @@ def main() -> None:
     constant = constant_forecast(
         cache, budgets, args.target, cache.info["vocab_size"], args.seq_len, args.out / "constant"
     )
+    held_out = downstream(args.out / "delphi")
     summary = {
         "extrapolation": args.target / max(budgets),
         "delphi": {
@@ -112,11 +196,13 @@ def main() -> None:
         },
         "constant": constant,
         "error_ratio": abs(delphi["error"]) / abs(constant["error"]),
+        "downstream": held_out,
     }
     errors = f"delphi {100 * delphi['error']:+.2f}%, constant {100 * constant['error']:+.2f}%"
     print(
         f"forecast error at {summary['extrapolation']:.3g}x: {errors} ({constant['method']} fit); "
-        f"|delphi| / |constant| = {summary['error_ratio']:.3f}"
+        f"|delphi| / |constant| = {summary['error_ratio']:.3f}; {HELD_OUT} forecast error "
+        f"{100 * held_out['error']:+.2f}%"
     )
     print(json.dumps(summary))
 
