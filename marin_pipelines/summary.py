@@ -1,7 +1,7 @@
 """The plain-text summary `make demo` ends with, read back from the artifact store.
 
 It covers whatever steps the experiment has: document funnels, tokens, each run and its evaluation, a
-scaling law with its preregistered prediction, the speedrun, and a comparison's table.
+scaling law or an IsoFLOP forecast with its preregistered prediction, the speedrun, and a comparison's table.
 """
 
 from __future__ import annotations
@@ -56,6 +56,8 @@ def experiment_summary(experiment: Experiment, store_root: str, run: ExperimentR
             lines.append(f"  tasks: {', '.join(tasks)}")
     for law_step in of("scaling_law"):
         lines += _scaling(get(law_step).metadata, get(law_step.inputs["scaling_prediction"]).metadata)
+    for law_step in of("isoflop_law"):
+        lines += _isoflop(get(law_step).metadata, get(law_step.inputs["isoflop_forecast"]).metadata)
     for board in of("speedrun_leaderboard"):
         if runs := get(board).metadata["runs"]:
             lines.append(f"speedrun: {runs} runs, `marin-pipelines leaderboard` prints the table")
@@ -99,4 +101,22 @@ def _scaling(law: dict, prediction: dict) -> list[str]:
         f"actual {main['actual_loss']:.3f} ({100 * main['relative_error']:+.1f}%)"
     )
     lines += [f"  ladder warning: {warning}" for warning in prediction["warnings"]]
+    return lines
+
+
+def _isoflop(law: dict, forecast: dict) -> list[str]:
+    target, result = forecast["target"], law["result"]
+    predicted = f"{result['predicted']:.3f} [{result['low']:.3f}, {result['high']:.3f}]"
+    lines = [
+        f"IsoFLOP ladder: {forecast['n_runs']} runs over {forecast['n_budgets']} budgets; "
+        f"frontier {forecast['frontier']}",
+        *(f"  {row}" for row in forecast["markdown"]["optima"].splitlines()),
+        f"target run ({target['shape']} by the recipe, {target['flops']:.2g} FLOPs, "
+        f"{forecast['extrapolation']:.3g}x the ladder's top budget), forecast at "
+        f"{forecast['preregistered_at']} before it ran: loss {predicted}, actual {result['actual']:.3f} "
+        f"({100 * result['error']:+.1f}%)",
+    ]
+    for metric, d in law["downstream"].items():
+        error = "" if d["relative_error"] is None else f" ({100 * d['relative_error']:+.1f}%)"
+        lines.append(f"  {metric}: forecast {d['predicted']:.3f}, actual {d['actual']:.3f}{error}")
     return lines

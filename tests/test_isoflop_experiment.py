@@ -89,13 +89,13 @@ def forecast_run(tmp_path_factory):
     target = forecast_target("iso", ladder, downstream=["bpb/held"], also={"held": other.cache}, batch_size=8)
     experiment = Experiment("iso", steps=[target.scaling_law])
     root = str(tmp_path_factory.mktemp("iso-store"))
-    materialize_experiment(experiment, root, DagsterInstance.ephemeral())
+    run = materialize_experiment(experiment, root, DagsterInstance.ephemeral())
     store = ArtifactStore(root)
-    return store, ladder, target, text
+    return store, ladder, target, text, (experiment, root, run)
 
 
 def test_the_forecast_is_written_before_the_target_trains_and_checked_after(forecast_run):
-    store, ladder, target, _ = forecast_run
+    store, ladder, target, *_ = forecast_run
     prediction = store.get(list(target.prediction.key), target.prediction.version)
     checkpoint = store.get(list(target.checkpoint.key), target.checkpoint.version)
     law = store.get(list(target.scaling_law.key), target.scaling_law.version)
@@ -120,7 +120,7 @@ def test_the_forecast_is_written_before_the_target_trains_and_checked_after(fore
 
 
 def test_every_rung_is_one_row_of_the_table_and_the_text_funnel_is_conserved(forecast_run):
-    store, ladder, target, text = forecast_run
+    store, ladder, target, text, _ = forecast_run
     prediction = store.get(list(target.prediction.key), target.prediction.version)
     table = pl.read_parquet(prediction.file("rungs.parquet"))
     keys = ladder.checkpoints.partition_keys()
@@ -137,3 +137,17 @@ def test_every_rung_is_one_row_of_the_table_and_the_text_funnel_is_conserved(for
         funnel["docs_in"] == funnel["docs_out"] + sum(funnel["removed"].values()) and funnel["docs_out"] > 40
     )
     assert len(corpus.metadata["corpus_version"]) == 64
+
+
+def test_the_summary_shows_the_optima_and_the_forecast_against_the_actual(forecast_run):
+    from marin_pipelines.summary import experiment_summary
+
+    store, _, target, _, (experiment, root, run) = forecast_run
+    text = experiment_summary(experiment, root, run, seconds=1.0)
+    law = store.get(list(target.scaling_law.key), target.scaling_law.version).metadata
+    assert "IsoFLOP ladder: 9 runs over 3 budgets; frontier L*(C) = " in text
+    assert text.count("| 1e+10 |") == text.count("| 2e+10 |") == text.count("| 4e+10 |") == 1
+    result, held = law["result"], law["downstream"]["bpb/held"]
+    assert f"loss {result['predicted']:.3f} [{result['low']:.3f}, {result['high']:.3f}], " in text
+    assert f"actual {result['actual']:.3f} ({100 * result['error']:+.1f}%)" in text
+    assert f"bpb/held: forecast {held['predicted']:.3f}, actual {held['actual']:.3f}" in text
