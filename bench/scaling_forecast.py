@@ -129,7 +129,9 @@ def held_out_bpb(run_dir: Path, cache: TokenCache) -> float:
     sets = {"stdlib": np.asarray(cache.validation)}
     evaluated = evaluate_bpb_sets(model, sets, token_bytes, config.seq_len, EVAL_BATCH_SIZE)
     bpb = evaluated["overall"]["bits_per_byte"]
-    kept.write_text(json.dumps({"bits_per_byte": bpb}))
+    partial = kept.with_suffix(".tmp")  # renamed into place: a killed run leaves no half-written record
+    partial.write_text(json.dumps({"bits_per_byte": bpb}))
+    os.replace(partial, kept)
     return bpb
 
 

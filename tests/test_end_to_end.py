@@ -6,6 +6,7 @@ import sys
 
 import pytest
 from dagster import DagsterInstance
+from event_order import recorded_before_started
 
 from marin_pipelines.cli import main
 from marin_pipelines.defs.local_run import materialize_experiment
@@ -135,19 +136,7 @@ def test_stages_do_their_real_job(graph):
 def test_the_prediction_is_recorded_before_the_target_run_starts(graph):
     """In a fresh instance, materialising everything: the order comes from the graph's edge."""
     _, root, instance, run = graph
-    events = []  # (what, asset) in the order the instance logged them, across the runs in order
-    for run_id in run.run_ids:
-        for entry in instance.all_logs(run_id):
-            event = entry.dagster_event
-            if event is None:
-                continue
-            if event.event_type_value == "ASSET_MATERIALIZATION":
-                events.append(("materialized", event.asset_key.to_user_string()))
-            elif event.event_type_value == "STEP_START":
-                events.append(("started", event.step_key))
-    recorded = events.index(("materialized", target.prediction.name))
-    started = events.index(("started", target.checkpoint.name.replace("/", "__")))
-    assert recorded < started
+    assert recorded_before_started(instance, run.run_ids, target.prediction, target.checkpoint)
     store = ArtifactStore(root)
     prediction, checkpoint = (store.get(s.key, s.version) for s in (target.prediction, target.checkpoint))
     assert prediction.manifest["created"] <= checkpoint.manifest["created"]

@@ -9,6 +9,7 @@ from datetime import datetime
 import polars as pl
 import pytest
 from dagster import DagsterInstance
+from event_order import recorded_before_started
 
 from marin_pipelines.defs.local_run import materialize_experiment
 from marin_pipelines.experiment import Experiment
@@ -89,20 +90,21 @@ def forecast_run(tmp_path_factory):
     target = forecast_target("iso", ladder, downstream=["bpb/held"], also={"held": other.cache}, batch_size=8)
     experiment = Experiment("iso", steps=[target.scaling_law])
     root = str(tmp_path_factory.mktemp("iso-store"))
-    run = materialize_experiment(experiment, root, DagsterInstance.ephemeral())
+    instance = DagsterInstance.ephemeral()
+    run = materialize_experiment(experiment, root, instance)
     store = ArtifactStore(root)
-    return store, ladder, target, text, (experiment, root, run)
+    return store, ladder, target, text, (experiment, root, run, instance)
 
 
 def test_the_forecast_is_written_before_the_target_trains_and_checked_after(forecast_run):
-    store, ladder, target, *_ = forecast_run
+    store, ladder, target, _, (_, _, run, instance) = forecast_run
     prediction = store.get(list(target.prediction.key), target.prediction.version)
     checkpoint = store.get(list(target.checkpoint.key), target.checkpoint.version)
     law = store.get(list(target.scaling_law.key), target.scaling_law.version)
     assert prediction is not None and checkpoint is not None and law is not None
     record = json.loads(prediction.file("forecast.json").read_text())
-    written = datetime.fromisoformat(record["preregistered_at"]).timestamp()
-    assert written < checkpoint.file("run.yaml").stat().st_mtime  # the run's config, written as it starts
+    assert datetime.fromisoformat(record["preregistered_at"])  # when, for the reader
+    assert recorded_before_started(instance, run.run_ids, target.prediction, target.checkpoint)
     assert record["target"]["budget"] == 1e11 and len(record["runs"]) == len(
         ladder.checkpoints.partition_keys()
     )
@@ -142,7 +144,7 @@ def test_every_rung_is_one_row_of_the_table_and_the_text_funnel_is_conserved(for
 def test_the_summary_shows_the_optima_and_the_forecast_against_the_actual(forecast_run):
     from marin_pipelines.summary import experiment_summary
 
-    store, _, target, _, (experiment, root, run) = forecast_run
+    store, _, target, _, (experiment, root, run, _) = forecast_run
     text = experiment_summary(experiment, root, run, seconds=1.0)
     law = store.get(list(target.scaling_law.key), target.scaling_law.version).metadata
     assert "IsoFLOP ladder: 9 runs over 3 budgets; frontier L*(C) = " in text

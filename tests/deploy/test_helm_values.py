@@ -324,7 +324,9 @@ def test_long_training_runs_are_monitored_and_retried_not_cut_short(instance, ma
     assert monitoring["enabled"] and retries["enabled"] and retries["max_retries"] >= 1
     assert retries["retry_on_asset_or_op_failure"]  # a preempted training pod fails its step
     launcher = launcher_from_env(marin_env)
-    assert monitoring["max_runtime_seconds"] > launcher.run_seconds >= 7 * 24 * 3600  # days, not the 24 h
+    # configured limits, not measured times: the monitor's cap above the launcher's, both in days
+    monitor_cap, launcher_cap = monitoring["max_runtime_seconds"], launcher.run_seconds
+    assert monitor_cap > launcher_cap >= 7 * 24 * 3600  # days, not the 24 h
 
 
 def test_the_code_location_serves_this_package_with_the_launcher_of_the_cluster(values, marin_env):
