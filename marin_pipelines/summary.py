@@ -107,8 +107,10 @@ def _scaling(law: dict, prediction: dict) -> list[str]:
 def _isoflop(law: dict, forecast: dict) -> list[str]:
     target, result = forecast["target"], law["result"]
     predicted = f"{result['predicted']:.3f} [{result['low']:.3f}, {result['high']:.3f}]"
+    if result["low"] == result["high"]:  # every used budget's parabola runs through all of its runs
+        predicted += " (no spread: sweep more than 3 sizes, or 2 seeds, for an interval)"
     lines = [
-        f"IsoFLOP ladder: {forecast['n_runs']} runs over {forecast['n_budgets']} budgets; "
+        f"IsoFLOP ladder: {forecast['n_runs']} runs, {forecast['n_budgets']} budgets used; "
         f"frontier {forecast['frontier']}",
         *(f"  {row}" for row in forecast["markdown"]["optima"].splitlines()),
         f"target run ({target['shape']} by the recipe, {target['flops']:.2g} FLOPs, "

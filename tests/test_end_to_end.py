@@ -234,7 +234,7 @@ def test_definitions_load_for_the_ui():
     assert {key for key in keys if key.startswith("demo/")} == {step.name for step in demo.all_steps}
     assert {job.name for job in loaded.jobs} >= {
         "demo_crawl_snapshot",
-        "demo_ladder_checkpoint_runs",
+        "demo_isoflop_checkpoint_runs",
         "demo_pipeline",
         "zloss_ablation_pipeline",
     }

@@ -4,9 +4,10 @@ from marin_pipelines.experiment import Experiment
 from marin_pipelines.experiments import demo
 from marin_pipelines.experiments.defaults import (
     crawl_and_text,
-    preregistered_target,
+    forecast_target,
+    isoflop_ladder,
+    package_text,
     quality_and_curation,
-    scaling_ladder,
     speedrun,
     tokenizer_and_cache,
     train,
@@ -45,23 +46,28 @@ def declare_demo(**changes: dict) -> list[Step]:
         tokenizer=fields("tokenizer", demo.tokens.tokenizer.config),
         cache=fields("cache", demo.tokens.cache.config),
     )
+    code = package_text("demo/package_text", **fields("package_text", demo.code.config))
+    code_tokens = tokenizer_and_cache(
+        "demo/package",
+        code,
+        tokenizer=tokens.tokenizer,
+        cache=fields("code_cache", demo.code_tokens.cache.config),
+    )
+    sources = demo.MIXTURE["sources"]
     runs = demo.ladder.checkpoints.config
-    ladder = scaling_ladder(
+    ladder = isoflop_ladder(
         "demo",
         tokens,
         ladder=fields("ladder", runs.ladder),
-        seq_len=runs.seq_len,
         train=fields("ladder_train", runs.train),
-        data_mixture=fields("data_mixture", runs.data_mixture),
+        data_mixture={"sources": {**sources, "code": {**sources["code"], "cache": code_tokens}}},
         evals=fields("evals", demo.ladder.evaluations.config.evals),
         batch_size=demo.ladder.evaluations.config.batch_size,
     )
-    run = demo.target.checkpoint.config
-    target = preregistered_target(
+    target = forecast_target(
         "demo",
         ladder,
-        model=fields("model", run.model),
-        train=fields("train", run.train),
+        downstream=demo.target.prediction.config.downstream,
         evals=fields("evals", demo.target.evaluation.config.evals),
         batch_size=demo.target.evaluation.config.batch_size,
     )
@@ -97,8 +103,13 @@ def test_changing_one_step_recomputes_it_and_everything_downstream_only():
     different = {name for name in base if base[name] != changed[name]}
     assert different == downstream_of(demo.demo.all_steps, "demo/curated_text")
     assert "demo/quality_scores" not in different
-    assert {"demo/curated_text", "demo/tokenizer", "demo/scaling_law"} <= different
-    assert not {"demo/crawl", "demo/deduplicated_text"} & different
+    assert {
+        "demo/curated_text",
+        "demo/tokenizer",
+        "demo/package/tokenized_cache",
+        "demo/isoflop_law",
+    } <= different
+    assert not {"demo/crawl", "demo/deduplicated_text", "demo/package_text"} & different
 
 
 def test_user_crawl_version_follows_the_files(tmp_path):

@@ -147,9 +147,11 @@ def test_the_summary_shows_the_optima_and_the_forecast_against_the_actual(foreca
     store, _, target, _, (experiment, root, run, _) = forecast_run
     text = experiment_summary(experiment, root, run, seconds=1.0)
     law = store.get(list(target.scaling_law.key), target.scaling_law.version).metadata
-    assert "IsoFLOP ladder: 9 runs over 3 budgets; frontier L*(C) = " in text
+    assert "IsoFLOP ladder: 9 runs, 3 budgets used; frontier L*(C) = " in text
     assert text.count("| 1e+10 |") == text.count("| 2e+10 |") == text.count("| 4e+10 |") == 1
     result, held = law["result"], law["downstream"]["bpb/held"]
-    assert f"loss {result['predicted']:.3f} [{result['low']:.3f}, {result['high']:.3f}], " in text
+    assert f"loss {result['predicted']:.3f} [{result['low']:.3f}, {result['high']:.3f}]" in text
+    # 3 sizes of one seed per budget: each parabola is exact, and the summary says why there is no spread
+    assert ("(no spread: sweep more than 3 sizes" in text) == (result["low"] == result["high"])
     assert f"actual {result['actual']:.3f} ({100 * result['error']:+.1f}%)" in text
     assert f"bpb/held: forecast {held['predicted']:.3f}, actual {held['actual']:.3f}" in text

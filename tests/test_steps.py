@@ -68,7 +68,7 @@ def test_the_prediction_is_an_ordering_edge_that_versions_nothing():
     from marin_pipelines.experiments import demo
 
     assert demo.target.checkpoint.after == (demo.target.prediction,)
-    assert "scaling_prediction" not in demo.target.checkpoint.inputs
+    assert "isoflop_forecast" not in demo.target.checkpoint.inputs
     assert demo.target.prediction not in demo.target.checkpoint.inputs.values()
 
 
@@ -126,9 +126,9 @@ def test_definitions_tag_each_asset_with_the_experiments_that_use_it():
     }
     assert specs[("demo/web_documents", "funnel")].blocking
     assert specs[("demo/checkpoint", "loss_finite_and_falling")].blocking
-    assert not specs[("demo/scaling_law", "preregistered_prediction")].blocking  # a finding: it warns
+    assert not specs[("demo/isoflop_law", "forecast_within_1_percent")].blocking  # a finding: it warns
     target = graph.get(AssetKey(["demo", "checkpoint"]))
-    assert AssetKey(["demo", "scaling_prediction"]) in target.parent_keys  # the order is in the graph
+    assert AssetKey(["demo", "isoflop_forecast"]) in target.parent_keys  # the order is in the graph
     assert target.automation_condition is not None  # rolls forward once the ladder is done
 
 

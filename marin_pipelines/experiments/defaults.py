@@ -428,14 +428,16 @@ def isoflop_ladder(
     batch_size: int = 16,
 ) -> IsoflopLadder:
     """Per budget, the recipe's sweep of sizes around its compute-optimal one (with ``seeds`` seeds each),
-    one partition per rung, and their evaluations (on ``also``'s validation splits too: downstream sets)."""
+    one partition per rung, and their evaluations (on ``also``'s validation splits too: downstream sets).
+    A mixture source whose ``cache`` is another ``TokenSteps`` trains on it, as ``train`` does."""
     _expect(tokens, TokenSteps, "tokens", f"{prefix}/isoflop_checkpoint")
-    config = {"ladder": _fields(ladder), "train": _fields(train), "data_mixture": _fields(data_mixture)}
+    mixture, caches = _cache_inputs(_fields(data_mixture))
+    config = {"ladder": _fields(ladder), "train": _fields(train), "data_mixture": mixture}
     runs = step(
         f"{prefix}/isoflop_checkpoint",
         train_stages.isoflop_checkpoint,
         _drop_none(config),
-        {"tokenized_cache": tokens.cache},
+        {"tokenized_cache": tokens.cache, **caches},
     )
     evaluations = evaluate(
         f"{prefix}/ladder_eval_results", runs, evals=evals, batch_size=batch_size, also=also
@@ -474,7 +476,7 @@ def forecast_target(
         "target": ladder.config.target(),
     }
     run_config = validated(train_stages.TrainRunConfig, run, where)
-    cache = runs.inputs["tokenized_cache"]
+    cache = runs.inputs["tokenized_cache"]  # the rungs' inputs: this cache and the mixture's other caches
     config = {
         "target": run_config,
         "bootstrap": ladder.config.bootstrap,
@@ -487,9 +489,7 @@ def forecast_target(
         config,
         {"ladder_eval_results": ladder.evaluations, "tokenized_cache": cache},
     )
-    checkpoint = step(
-        f"{prefix}/checkpoint", train_stages.checkpoint, run_config, {"tokenized_cache": cache}, (prediction,)
-    )
+    checkpoint = step(f"{prefix}/checkpoint", train_stages.checkpoint, run_config, runs.inputs, (prediction,))
     evaluation = evaluate(f"{prefix}/eval_results", checkpoint, evals=evals, batch_size=batch_size, also=also)
     law = step(
         f"{prefix}/isoflop_law",

@@ -1,10 +1,10 @@
 """The demo: the whole graph on the embedded crawl, sized for a laptop CPU in minutes.
 
-Embedded crawl -> curated text -> BPE -> a 3 x 4 scaling ladder -> a preregistered prediction for a micro
-Llama at 10x the ladder's largest budget -> that run and its evaluation -> the scaling law; and the
-speedrun. Point it at real WARC files with ``MARIN_WARC_ROOT=/path/to/warcs`` (or ``--warc-root``).
-Other experiments import the steps below and share their outputs.
-"""
+Embedded crawl -> curated text -> BPE -> an IsoFLOP ladder by the delphi recipe (4 budgets x 4 sizes, on
+the crawl mixed with a few packages' code) -> a forecast, written before it starts, for the recipe's run at
+10x the ladder's largest budget -> that run and its evaluation against the forecast; and the speedrun.
+Point it at real WARC files with ``MARIN_WARC_ROOT=/path/to/warcs`` (or ``--warc-root``).
+Other experiments import the steps below and share their outputs."""
 
 from __future__ import annotations
 
@@ -14,15 +14,27 @@ from marin_pipelines.evals.lm_eval_tasks import SHIPPED_TASKS
 from marin_pipelines.experiment import Experiment
 from marin_pipelines.experiments.defaults import (
     crawl_and_text,
-    preregistered_target,
+    forecast_target,
+    isoflop_ladder,
+    package_text,
     quality_and_curation,
-    scaling_ladder,
     speedrun,
     tokenizer_and_cache,
 )
 
+# a plain run on the curated crawl, as the data ablations declare theirs
 MODEL = {"size": "micro", "seq_len": 128}
 TRAIN = {"steps": 384, "batch_size": 16, "learning_rate": 3e-3, "warmup_steps": 38}
+LADDER = {
+    "recipe": {"name": "delphi", "head_dim": 8, "min_batch_size": 8},  # 8 rows: one can be the crawl's
+    "budgets": [5e10, 1e11, 2e11, 4e11],
+    "points_per_budget": 4,
+    "vocab_size": 2048,
+    "seq_len": 128,
+    "target_budget": 4e12,
+}
+LADDER_TRAIN = {"max_epochs": 4.0, "log_every": 50}  # what the recipe leaves
+CODE_DISTRIBUTIONS = ("alembic", "click", "jinja2", "markdown", "numpy", "requests")  # pinned by the lock
 EVALS = {"tasks": list(SHIPPED_TASKS)}  # the shipped lm-eval suite: seconds per checkpoint on a CPU
 
 text = crawl_and_text("demo", warc_root=os.environ.get("MARIN_WARC_ROOT") or None)
@@ -35,32 +47,27 @@ quality = quality_and_curation(
 tokens = tokenizer_and_cache(
     "demo", quality.curated_text, tokenizer={"vocab_size": 2048}, cache={"validation_fraction": 0.1}
 )
-# Still the named-size ladder, not yet an IsoFLOP ladder by the delphi recipe (``scaling_forecast``): tried,
-# 4 budgets x 3 sizes with a 4e12 target put the target at d64l2 for 2.44M tokens, 24.5 passes over these
-# 99.5k tokens. It overfit (training loss 2.06, validation 5.48 where micro here reaches 4.69) and missed its
-# forecast by -16.5%. The demo moves to the recipe once its text is large enough.
-ladder = scaling_ladder(
-    "demo",
-    tokens,
-    ladder={
-        "sizes": ["nano", "micro", "tiny"],
-        "budgets": [5e10, 1e11, 2e11, 4e11],
-        "batch_size": 8,
-        "learning_rate": 3e-3,
-        "target_budget": 4e12,
-    },
-    seq_len=MODEL["seq_len"],
-    train=TRAIN,
-    evals=EVALS,
+# The ladder's text: the crawl is ~100k tokens, and a target at 4e12 FLOPs reads 2.4M, so the rungs and the
+# target train on a mixture: one row in eight from the crawl (read at most ~3.4 times) and seven from the
+# source and documents of a few pinned packages (~3.6M tokens in the crawl's BPE; no row read twice). A
+# target on the crawl alone read it 24.5 times and overfit (validation 5.48 where it trained to 2.06).
+code = package_text("demo/package_text", distributions=CODE_DISTRIBUTIONS, include_stdlib=False)
+code_tokens = tokenizer_and_cache(
+    "demo/package", code, tokenizer=tokens.tokenizer, cache={"validation_fraction": 0.05}
 )
-# the main run is the ladder's target: micro for 4e12 FLOPs by the ladder's rule (steps, batch, LR, warmup
-# from the ladder; seed, decay... from TRAIN), its loss preregistered from the ladder before it starts
-target = preregistered_target("demo", ladder, model=MODEL, train=TRAIN, evals=EVALS)
+MIXTURE = {"sources": {"main": {"weight": 1}, "code": {"cache": code_tokens, "weight": 7}}}
+# an IsoFLOP ladder by the delphi recipe: per budget, 4 sizes around its compute-optimal one (3 would fit the
+# parabola exactly, leaving the bootstrap nothing to resample: no interval)
+ladder = isoflop_ladder("demo", tokens, ladder=LADDER, train=LADDER_TRAIN, data_mixture=MIXTURE, evals=EVALS)
+# the main run is the recipe's run at the target budget (d64l2 on 2.4M tokens), its loss and the crawl's
+# bits-per-byte forecast from the ladder before it starts
+target = forecast_target("demo", ladder, downstream=["bpb/main"], evals=EVALS)
 leaderboard = speedrun("demo/speedrun_leaderboard", tokens, ["nano_baseline", "nano_hot", "shallow_wide"])
 
 demo = Experiment(
     "demo",
     steps=[target.scaling_law, leaderboard],
-    description="Embedded crawl -> curated text -> BPE -> a 3 x 4 scaling ladder, a preregistered prediction "
-    "for a micro Llama at 10x the ladder's largest budget, that run, and the speedrun.",
+    description="Embedded crawl -> curated text -> BPE -> an IsoFLOP ladder (4 budgets x 4 sizes) by the "
+    "delphi recipe, a forecast for the recipe's run at 10x its largest budget written before that run "
+    "starts, that run, and the speedrun.",
 )

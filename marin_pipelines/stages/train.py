@@ -200,6 +200,14 @@ def run_training(
     out.metadata["plots"] = {"loss_curve": LOSS_CURVE_FILE}
 
 
+def mixture_of_inputs(ctx: StepContext, mixture: MixtureConfig, caches: dict[str, Artifact]) -> MixtureConfig:
+    """The mixture with each source given as a step input made that input's cache URL."""
+    try:
+        return mixture.with_inputs({name: cache.url for name, cache in caches.items()})
+    except ValueError as e:
+        raise InputError(f"{ctx.step.name}: {e}") from None
+
+
 # revision 2: orbax
 @stage(TrainRunConfig, revision=2, group="train", kinds=("jax",), checks=LOSS_CHECK, needs=("launcher",))
 def checkpoint(
@@ -212,10 +220,7 @@ def checkpoint(
     """A Llama-style model trained with JAX / Flax NNX / Optax on the tokenized cache (and on the further
     caches its mixture names as inputs: another experiment's text to cool down on)."""
     model, train = config.resolve(tokenized_cache.metadata["vocab_size"])
-    try:
-        mixture = config.data_mixture.with_inputs({name: cache.url for name, cache in caches.items()})
-    except ValueError as e:
-        raise InputError(f"{ctx.step.name}: {e}") from None
+    mixture = mixture_of_inputs(ctx, config.data_mixture, caches)
     check_trainable(tokenized_cache, mixture, model, train)
     run_training(out, tokenized_cache, ctx.launcher, mixture, model, train)
 
@@ -263,12 +268,18 @@ def isoflop_partition_keys(config: IsoflopRunsConfig, strict: bool = False) -> l
     partition_keys=isoflop_partition_keys,
 )
 def isoflop_checkpoint(
-    ctx: StepContext, out: PendingArtifact, config: IsoflopRunsConfig, tokenized_cache: Artifact
+    ctx: StepContext,
+    out: PendingArtifact,
+    config: IsoflopRunsConfig,
+    tokenized_cache: Artifact,
+    **caches: Artifact,
 ) -> None:
-    """One rung of an IsoFLOP ladder: the recipe's run at one budget, size and seed."""
+    """One rung of an IsoFLOP ladder: the recipe's run at one budget, size and seed (on the further caches
+    its mixture names as inputs too)."""
     rung = config.ladder.rung(str(out.partition), config.train)
     model, train = rung.run.model, rung.run.train
     check_vocabulary(tokenized_cache.metadata["vocab_size"], model)
-    check_trainable(tokenized_cache, config.data_mixture, model, train)
-    run_training(out, tokenized_cache, ctx.launcher, config.data_mixture, model, train)
+    mixture = mixture_of_inputs(ctx, config.data_mixture, caches)
+    check_trainable(tokenized_cache, mixture, model, train)
+    run_training(out, tokenized_cache, ctx.launcher, mixture, model, train)
     out.metadata.update(budget_flops=rung.run.budget, seed=rung.seed, rung=rung.run.describe())

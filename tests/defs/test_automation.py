@@ -34,6 +34,7 @@ def test_the_chain_after_a_ladder_rolls_forward_in_order():
     rungs = defs.resolve_asset_graph().get(AssetKey(demo.ladder.evaluations.key)).partitions_def
     keys = rungs.get_partition_keys()
     materialized(instance, demo.tokens.cache)
+    materialized(instance, demo.code_tokens.cache)  # the mixture's other cache
     materialized(instance, demo.ladder.evaluations, keys[:-1])  # the backfill is not complete yet
 
     asked, cursor = requested(defs, instance)

@@ -3,7 +3,7 @@
 import os
 
 from marin_pipelines.experiments import demo
-from marin_pipelines.experiments.defaults import preregistered_target, scaling_ladder
+from marin_pipelines.experiments.defaults import forecast_target, isoflop_ladder
 from marin_pipelines.steps import topological
 
 
@@ -17,15 +17,15 @@ DEMO = versions(demo.demo.all_steps)
 def eval_versions(heldout: dict[str, list[str]]) -> dict[str, str]:
     """Every step's version in the demo declared again with ``heldout`` sets in its evaluations."""
     evals = {**demo.EVALS, "heldout": heldout}
-    ladder = scaling_ladder(
+    ladder = isoflop_ladder(
         "demo",
         demo.tokens,
         ladder=demo.ladder.config,
-        seq_len=demo.MODEL["seq_len"],
-        train=demo.TRAIN,
+        train=demo.LADDER_TRAIN,
+        data_mixture=demo.MIXTURE,
         evals=evals,
     )
-    target = preregistered_target("demo", ladder, model=demo.MODEL, train=demo.TRAIN, evals=evals)
+    target = forecast_target("demo", ladder, downstream=["bpb/main"], evals=evals)
     return versions(topological([target.scaling_law, demo.leaderboard]))
 
 
@@ -46,8 +46,8 @@ def test_editing_a_heldout_file_in_place_re_evaluates_and_only_downstream(tmp_pa
     assert changed(before, after) == {
         "demo/eval_results",
         "demo/ladder_eval_results",
-        "demo/scaling_prediction",
-        "demo/scaling_law",
+        "demo/isoflop_forecast",
+        "demo/isoflop_law",
     }
 
 

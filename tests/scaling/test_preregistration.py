@@ -1,27 +1,23 @@
 import pytest
 
 from marin_pipelines.experiments import demo
-from marin_pipelines.experiments.defaults import (
-    Target,
-    preregistered_target,
-    scaling_ladder,
-    train,
-)
+from marin_pipelines.experiments.defaults import Target, forecast_target, isoflop_ladder, train
+from marin_pipelines.scaling.isoflop_ladder import target_run
 from marin_pipelines.steps import StepError
 from marin_pipelines.train.train_config import TrainConfig
 
 
 def target_for(ladder: dict) -> Target:
-    """The demo's ladder and preregistered target declared again over the demo's tokens with ``ladder``."""
-    rungs = scaling_ladder(
+    """The demo's ladder and forecast target declared again over the demo's tokens with ``ladder``."""
+    rungs = isoflop_ladder(
         "demo",
         demo.tokens,
         ladder=ladder,
-        seq_len=demo.MODEL["seq_len"],
-        train=demo.TRAIN,
+        train=demo.LADDER_TRAIN,
+        data_mixture=demo.MIXTURE,
         evals=demo.EVALS,
     )
-    return preregistered_target("demo", rungs, model=demo.MODEL, train=demo.TRAIN, evals=demo.EVALS)
+    return forecast_target("demo", rungs, downstream=["bpb/main"], evals=demo.EVALS)
 
 
 def test_the_prediction_never_depends_on_the_run_it_predicts():
@@ -37,7 +33,7 @@ def test_the_prediction_never_depends_on_the_run_it_predicts():
     assert order.index(target.prediction) < order.index(target.checkpoint)
 
 
-def test_a_new_rung_repredicts_without_retraining_the_target():
+def test_a_new_rung_reforecasts_without_retraining_the_target():
     base = demo.ladder.config.model_dump()
     same = target_for(base)
     assert same.prediction.version == demo.target.prediction.version  # declared as the demo declares it
@@ -46,19 +42,28 @@ def test_a_new_rung_repredicts_without_retraining_the_target():
     more = target_for(ladder)
     assert more.prediction.version != demo.target.prediction.version
     assert more.checkpoint.version == demo.target.checkpoint.version
-    rule = target_for({**ladder, "batch_size": 4})
-    assert rule.checkpoint.version != demo.target.checkpoint.version  # the rule trains the target too
+    seeds = target_for({**base, "seeds": 2})
+    assert seeds.checkpoint.version == demo.target.checkpoint.version
+    recipe = target_for({**ladder, "recipe": {**base["recipe"], "learning_rate": 1e-3}})
+    assert recipe.checkpoint.version != demo.target.checkpoint.version  # the recipe trains the target too
 
 
-def test_the_demo_target_is_ten_times_the_largest_rung():
+def test_the_demo_target_is_the_recipes_run_at_ten_times_the_largest_rung():
     ladder = demo.ladder.config
     model, run = demo.target.checkpoint.config.resolve(vocab_size=2048)
     assert ladder.target_budget >= 10 * max(ladder.budgets)
+    planned = target_run(ladder.target())
+    assert (model, run.batch_size, run.steps, run.learning_rate) == (
+        planned.model,
+        planned.train.batch_size,
+        planned.train.steps,
+        planned.train.learning_rate,
+    )
     spent = run.steps * run.batch_size * model.seq_len * model.flops_per_token()
-    assert spent == pytest.approx(ladder.target_budget, rel=0.01)
-    assert (run.batch_size, run.learning_rate) == (ladder.batch_size, ladder.learning_rate)
+    assert spent == pytest.approx(ladder.target_budget, rel=0.05)
+    assert run.max_epochs == demo.LADDER_TRAIN["max_epochs"]  # it trains as the rungs do
 
-    # without a target budget there is no target to preregister; a plain run trains as given
+    # without a target budget there is no target to forecast; a plain run trains as given
     without = {**ladder.model_dump(), "target_budget": None}
     with pytest.raises(StepError, match="no target_budget"):
         target_for(without)
