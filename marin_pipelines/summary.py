@@ -104,6 +104,13 @@ def _scaling(law: dict, prediction: dict) -> list[str]:
     return lines
 
 
+def forecast_order(result: dict) -> str:
+    """Whether an IsoFLOP law's forecast was written before its target started, in words."""
+    if result["preregistered"]:
+        return "before it ran"
+    return f"AFTER it started at {result['target_started_at']} (a target reused: no preregistration)"
+
+
 def _isoflop(law: dict, forecast: dict) -> list[str]:
     target, result = forecast["target"], law["result"]
     predicted = f"{result['predicted']:.3f} [{result['low']:.3f}, {result['high']:.3f}]"
@@ -115,8 +122,8 @@ def _isoflop(law: dict, forecast: dict) -> list[str]:
         *(f"  {row}" for row in forecast["markdown"]["optima"].splitlines()),
         f"target run ({target['shape']} by the recipe, {target['flops']:.2g} FLOPs, "
         f"{forecast['extrapolation']:.3g}x the ladder's top budget), forecast at "
-        f"{forecast['preregistered_at']} before it ran: loss {predicted}, actual {result['actual']:.3f} "
-        f"({100 * result['error']:+.1f}%)",
+        f"{forecast['preregistered_at']} {forecast_order(result)}: loss {predicted}, "
+        f"actual {result['actual']:.3f} ({100 * result['error']:+.1f}%)",
     ]
     for metric, d in law["downstream"].items():
         error = "" if d["relative_error"] is None else f" ({100 * d['relative_error']:+.1f}%)"

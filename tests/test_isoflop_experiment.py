@@ -20,6 +20,7 @@ from marin_pipelines.experiments.defaults import (
     tokenizer_and_cache,
 )
 from marin_pipelines.scaling.isoflop_ladder import IsoflopLadderConfig, target_run
+from marin_pipelines.stages.scaling import started_at
 from marin_pipelines.stages.train import IsoflopRunsConfig, TrainRunConfig, isoflop_partition_keys
 from marin_pipelines.steps import InputError, StepError
 from marin_pipelines.store import ArtifactStore
@@ -115,6 +116,9 @@ def test_the_forecast_is_written_before_the_target_trains_and_checked_after(fore
     assert result["actual"] == pytest.approx(checkpoint.metadata["final_loss"], rel=0.2)
     assert result["error"] == pytest.approx((result["predicted"] - result["actual"]) / result["actual"])
     assert result["extrapolation"] == pytest.approx(2.5)
+    assert (
+        result["preregistered"] and result["target_started_at"] == started_at(checkpoint.manifest).isoformat()
+    )
     held = law.metadata["downstream"]["bpb/held"]
     assert held["relative_error"] == pytest.approx(held["predicted"] / held["actual"] - 1)
     for name in ("isoflop_curves.png", "frontier.png", "seed_spread.png"):
@@ -155,3 +159,19 @@ def test_the_summary_shows_the_optima_and_the_forecast_against_the_actual(foreca
     assert ("(no spread: sweep more than 3 sizes" in text) == (result["low"] == result["high"])
     assert f"actual {result['actual']:.3f} ({100 * result['error']:+.1f}%)" in text
     assert f"bpb/held: forecast {held['predicted']:.3f}, actual {held['actual']:.3f}" in text
+
+
+def test_a_forecast_written_after_its_target_started_is_no_preregistration():
+    from marin_pipelines.summary import forecast_order
+
+    manifest = {"created": "2026-11-24T12:00:10Z", "wall_seconds": 30.5}  # trained 11:59:39.5 to 12:00:10
+    start = started_at(manifest)
+    assert start.isoformat() == "2026-11-24T11:59:40.500000+00:00"  # the created second's end, less 30.5 s
+    assert datetime.fromisoformat("2026-11-24T11:59:39+00:00") < start  # written before: preregistered
+    assert not datetime.fromisoformat("2026-11-24T11:59:41+00:00") < start  # a re-forecast, target reused
+    after = {"preregistered": False, "target_started_at": start.isoformat()}
+    assert (
+        forecast_order(after)
+        == f"AFTER it started at {start.isoformat()} (a target reused: no preregistration)"
+    )
+    assert forecast_order({"preregistered": True}) == "before it ran"

@@ -495,7 +495,7 @@ def forecast_target(
         f"{prefix}/isoflop_law",
         scaling_stages.isoflop_law,
         {},
-        {"isoflop_forecast": prediction, "eval_results": evaluation},
+        {"isoflop_forecast": prediction, "checkpoint": checkpoint, "eval_results": evaluation},
     )
     return Target(prediction, checkpoint, evaluation, law)
 

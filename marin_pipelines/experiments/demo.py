@@ -1,6 +1,6 @@
 """The demo: the whole graph on the embedded crawl, sized for a laptop CPU in minutes.
 
-Embedded crawl -> curated text -> BPE -> an IsoFLOP ladder by the delphi recipe (4 budgets x 4 sizes, on
+Embedded crawl -> curated text -> BPE -> an IsoFLOP ladder by the delphi recipe (3 budgets x 4 sizes, on
 the crawl mixed with a few packages' code) -> a forecast, written before it starts, for the recipe's run at
 10x the ladder's largest budget -> that run and its evaluation against the forecast; and the speedrun.
 Point it at real WARC files with ``MARIN_WARC_ROOT=/path/to/warcs`` (or ``--warc-root``).
@@ -26,8 +26,9 @@ from marin_pipelines.experiments.defaults import (
 MODEL = {"size": "micro", "seq_len": 128}
 TRAIN = {"steps": 384, "batch_size": 16, "learning_rate": 3e-3, "warmup_steps": 38}
 LADDER = {
-    "recipe": {"name": "delphi", "head_dim": 8, "min_batch_size": 8},  # 8 rows: one can be the crawl's
-    "budgets": [5e10, 1e11, 2e11, 4e11],
+    # 8 rows a batch: one can be the crawl's
+    "recipe": {"name": "delphi", "head_dim": 8, "min_batch_size": 8},
+    "budgets": [1e11, 2e11, 4e11],  # below 1e11 the optimum is smaller than the smallest shape (d8)
     "points_per_budget": 4,
     "vocab_size": 2048,
     "seq_len": 128,
@@ -48,7 +49,7 @@ tokens = tokenizer_and_cache(
     "demo", quality.curated_text, tokenizer={"vocab_size": 2048}, cache={"validation_fraction": 0.1}
 )
 # The ladder's text: the crawl is ~100k tokens, and a target at 4e12 FLOPs reads 2.4M, so the rungs and the
-# target train on a mixture: one row in eight from the crawl (read at most ~3.4 times) and seven from the
+# target train on a mixture: one row in eight from the crawl (read at most ~3.1 times) and seven from the
 # source and documents of a few pinned packages (~3.6M tokens in the crawl's BPE; no row read twice). A
 # target on the crawl alone read it 24.5 times and overfit (validation 5.48 where it trained to 2.06).
 code = package_text("demo/package_text", distributions=CODE_DISTRIBUTIONS, include_stdlib=False)
@@ -57,8 +58,8 @@ code_tokens = tokenizer_and_cache(
 )
 MIXTURE = {"sources": {"main": {"weight": 1}, "code": {"cache": code_tokens, "weight": 7}}}
 # an IsoFLOP ladder by the delphi recipe: per budget, 4 sizes around its compute-optimal one (3 would fit the
-# parabola exactly, leaving the bootstrap nothing to resample: no interval)
-ladder = isoflop_ladder("demo", tokens, ladder=LADDER, train=LADDER_TRAIN, data_mixture=MIXTURE, evals=EVALS)
+# parabola exactly, leaving the bootstrap nothing to resample: no interval); scored on bits-per-byte only
+ladder = isoflop_ladder("demo", tokens, ladder=LADDER, train=LADDER_TRAIN, data_mixture=MIXTURE)
 # the main run is the recipe's run at the target budget (d64l2 on 2.4M tokens), its loss and the crawl's
 # bits-per-byte forecast from the ladder before it starts
 target = forecast_target("demo", ladder, downstream=["bpb/main"], evals=EVALS)
@@ -67,7 +68,7 @@ leaderboard = speedrun("demo/speedrun_leaderboard", tokens, ["nano_baseline", "n
 demo = Experiment(
     "demo",
     steps=[target.scaling_law, leaderboard],
-    description="Embedded crawl -> curated text -> BPE -> an IsoFLOP ladder (4 budgets x 4 sizes) by the "
+    description="Embedded crawl -> curated text -> BPE -> an IsoFLOP ladder (3 budgets x 4 sizes) by the "
     "delphi recipe, a forecast for the recipe's run at 10x its largest budget written before that run "
     "starts, that run, and the speedrun.",
 )

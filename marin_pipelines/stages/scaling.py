@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import re
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -435,9 +435,18 @@ def optima_table(predicted: Forecast) -> str:
 
 def forecast_held(artifact: Artifact) -> tuple[bool, dict[str, Any]]:
     """The target's actual loss is within 1% of the loss forecast for it before it trained. A missed
-    forecast is a scientific result, not a broken pipeline: this check warns."""
+    forecast is a scientific result, not a broken pipeline: this check warns; so does a forecast written
+    after its target had started (a target reused under a re-forecast), which preregistered nothing."""
     result = artifact.metadata["result"]
-    return abs(result["error"]) <= FORECAST_TOLERANCE, result
+    return abs(result["error"]) <= FORECAST_TOLERANCE and result["preregistered"], result
+
+
+def started_at(manifest: dict[str, Any]) -> datetime:
+    """When the run that wrote a checkpoint (its ``manifest``) started, at the latest: its commit time (it
+    keeps to the second, rounded down: hence the second added) less its wall time. A run resumed after a
+    crash began earlier still; a forecast written after this was written after the target started."""
+    created = datetime.fromisoformat(manifest["created"]) + timedelta(seconds=1)
+    return created - timedelta(seconds=float(manifest["wall_seconds"]))
 
 
 @stage(
@@ -451,9 +460,11 @@ def isoflop_law(
     out: PendingArtifact,
     config: LawConfig,
     isoflop_forecast: Artifact,
+    checkpoint: Artifact,
     eval_results: Artifact,
 ) -> None:
-    """The preregistered forecast against the target's actual loss and scores, with the plots redrawn."""
+    """The preregistered forecast against the target's actual loss and scores, with the plots redrawn,
+    and whether the forecast was in fact written before the target started."""
     record = json.loads(isoflop_forecast.file(FORECAST).read_text())
     runs = record["runs"]
     asked = IsoflopForecastConfig.model_validate(isoflop_forecast.manifest["config"])
@@ -470,6 +481,8 @@ def isoflop_law(
         "within_interval": prediction["low"] <= actual <= prediction["high"],
         "extrapolation": record["target"]["budget"] / max(r["budget"] for r in runs),
         "preregistered_at": record["preregistered_at"],
+        "target_started_at": started_at(checkpoint.manifest).isoformat(),
+        "preregistered": datetime.fromisoformat(record["preregistered_at"]) < started_at(checkpoint.manifest),
         "seed_spread": record["forecast"]["seed_spread"],
     }
     scores = {

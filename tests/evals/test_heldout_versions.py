@@ -23,7 +23,7 @@ def eval_versions(heldout: dict[str, list[str]]) -> dict[str, str]:
         ladder=demo.ladder.config,
         train=demo.LADDER_TRAIN,
         data_mixture=demo.MIXTURE,
-        evals=evals,
+        evals={"heldout": heldout},  # the rungs are scored on bits-per-byte only
     )
     target = forecast_target("demo", ladder, downstream=["bpb/main"], evals=evals)
     return versions(topological([target.scaling_law, demo.leaderboard]))

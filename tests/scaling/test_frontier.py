@@ -77,6 +77,18 @@ def test_the_frontier_fit_recovers_an_exact_frontier():
         fit_frontier(BUDGETS[:2], [truth(c) for c in BUDGETS[:2]])
 
 
+def test_three_budgets_fit_a_power_law_not_a_curve_through_their_noise():
+    truth = Frontier(E=0.0, A=2e3, a=0.2)
+    budgets = BUDGETS[:3]
+    exact = fit_frontier(budgets, [truth(c) for c in budgets])
+    assert exact.E == 0
+    assert (exact.A, exact.a) == pytest.approx((truth.A, truth.a), rel=1e-4)
+    noisy = [truth(c) * (1 + d) for c, d in zip(budgets, (0.004, -0.006, 0.005), strict=True)]
+    fitted = fit_frontier(budgets, noisy)
+    assert fitted.E == 0 and fitted.a == pytest.approx(0.2, abs=0.01)
+    assert fitted(10 * budgets[-1]) == pytest.approx(truth(10 * budgets[-1]), rel=0.02)
+
+
 def test_noiseless_optima_sit_on_the_true_optima():
     """The parabola's own bias, the floor under any noise: L(log N) is not quite a parabola."""
     result = forecast(ladder(0, seeds=1, noise=0.0), TARGET, bootstrap=0, cross_check=False)

@@ -15,7 +15,6 @@ def target_for(ladder: dict) -> Target:
         ladder=ladder,
         train=demo.LADDER_TRAIN,
         data_mixture=demo.MIXTURE,
-        evals=demo.EVALS,
     )
     return forecast_target("demo", rungs, downstream=["bpb/main"], evals=demo.EVALS)
 
