@@ -476,7 +476,9 @@ def forecast_target(
         "target": ladder.config.target(),
     }
     run_config = validated(train_stages.TrainRunConfig, run, where)
-    cache = runs.inputs["tokenized_cache"]  # the rungs' inputs: this cache and the mixture's other caches
+    cache = runs.inputs[
+        "tokenized_cache"
+    ]  # the target trains on all the rungs' inputs (the mixture's caches)
     config = {
         "target": run_config,
         "bootstrap": ladder.config.bootstrap,

@@ -50,7 +50,7 @@ tokens = tokenizer_and_cache(
 )
 # The ladder's text: the crawl is ~100k tokens, and a target at 4e12 FLOPs reads 2.4M, so the rungs and the
 # target train on a mixture: one row in eight from the crawl (read at most ~3.1 times) and seven from the
-# source and documents of a few pinned packages (~3.6M tokens in the crawl's BPE; no row read twice). A
+# source and documents of a few pinned packages (3.5M tokens in the crawl's BPE; no row read twice). A
 # target on the crawl alone read it 24.5 times and overfit (validation 5.48 where it trained to 2.06).
 code = package_text("demo/package_text", distributions=CODE_DISTRIBUTIONS, include_stdlib=False)
 code_tokens = tokenizer_and_cache(

@@ -471,7 +471,7 @@ def isoflop_law(
     # the same seeded fits as the forecast's: the plots show what was preregistered, with the actual
     predicted = forecast(runs, record["target"]["budget"], bootstrap=asked.bootstrap, seed=asked.seed)
     actual = eval_results.metadata["loss"]
-    prediction = record["prediction"]
+    prediction, started = record["prediction"], started_at(checkpoint.manifest)
     result = {
         "predicted": prediction["loss"],
         "low": prediction["low"],
@@ -481,8 +481,8 @@ def isoflop_law(
         "within_interval": prediction["low"] <= actual <= prediction["high"],
         "extrapolation": record["target"]["budget"] / max(r["budget"] for r in runs),
         "preregistered_at": record["preregistered_at"],
-        "target_started_at": started_at(checkpoint.manifest).isoformat(),
-        "preregistered": datetime.fromisoformat(record["preregistered_at"]) < started_at(checkpoint.manifest),
+        "target_started_at": started.isoformat(),
+        "preregistered": datetime.fromisoformat(record["preregistered_at"]) < started,
         "seed_spread": record["forecast"]["seed_spread"],
     }
     scores = {
