@@ -16,8 +16,8 @@ rung is one (budget, N), holding one run per seed.
    frontier is exact, with a = alpha beta / (alpha + beta). N*(C) and D*(C) are power laws through the optima.
 3. The forecast evaluates them at the target. Its intervals are percentiles over resamples that redo
    the whole chain: rungs resampled with replacement within each budget, then runs within each rung, so
-   they carry both the sweep's and the seeds' noise. A resample that leaves fewer than 3 budgets
-   bracketed is drawn again.
+   they carry both the sweep's and the seeds' noise. A resample that leaves any of the used budgets
+   unbracketed is drawn again.
 
 Where the ladder supports the 5-parameter L(N, D) (``fit.chinchilla_fits``), its own optimum at the
 target is reported beside the frontier's (approach 3 as a cross-check on approach 2, same runs).
@@ -269,11 +269,12 @@ def _check(runs: Sequence[Run], target_budget: float) -> None:
             seen.add(key)
 
 
-def _chain(runs: Sequence[Run]) -> tuple[Frontier, PowerLaw, PowerLaw] | None:
-    """Optima, then the frontier and N*, D* power laws through them; None under 3 bracketed budgets."""
+def _chain(runs: Sequence[Run], budgets: int = MIN_BUDGETS) -> tuple[Frontier, PowerLaw, PowerLaw] | None:
+    """Optima, then the frontier and N*, D* power laws through them; None under ``budgets`` bracketed
+    budgets (a resample must keep all of the point fit's: with one fewer the frontier's form can change)."""
     iso = fit_isoflops(runs)
     bracketed = [p for p in iso.profiles if p.inside]
-    if len(bracketed) < MIN_BUDGETS or iso.params is None or iso.tokens is None:
+    if len(bracketed) < budgets or iso.params is None or iso.tokens is None:
         return None
     return fit_frontier([p.budget for p in bracketed], [p.loss for p in bracketed]), iso.params, iso.tokens
 
@@ -324,7 +325,7 @@ def _forecast(runs: Sequence[Run], target: float, bootstrap: int, seed: int, cro
     rungs = [_rungs(group) for group in used]
 
     def draw() -> tuple[float, float, float] | None:
-        chain = _chain([r for budget in rungs for r in _resample(budget, rng)])
+        chain = _chain([r for budget in rungs for r in _resample(budget, rng)], len(used))
         return None if chain is None else (chain[0](target), chain[1](target), chain[2](target))
 
     samples = _draws(draw, bootstrap)
