@@ -46,6 +46,7 @@ from marin_pipelines.scaling.forecast_ladder import (
     find_text,
     finished,
     run_forecast,
+    rung_folder,
     train_rung,
 )
 from marin_pipelines.scaling.frontier import forecast
@@ -142,7 +143,7 @@ def downstream(out: Path) -> dict[str, Any]:
     preregistered = json.loads((out / FORECAST_FILE).read_text())
     runs = []
     for run in preregistered["runs"]:  # in the order the forecast drew them: the same bootstrap
-        folder = out / "rungs" / budget_key(run["budget"]) / f"{run['size']}-s{run['seed']}"
+        folder = rung_folder(out, run["budget"], run["size"], run["seed"])
         runs.append({**run, HELD_OUT: held_out_bpb(folder, cache)})
     print(f"downstream: {HELD_OUT} of {len(runs)} rungs measured", flush=True)
     fields = ("budget", "params", "tokens", "loss", "seed")

@@ -104,7 +104,6 @@ def test_the_forecast_is_written_before_the_target_trains_and_checked_after(fore
     law = store.get(list(target.scaling_law.key), target.scaling_law.version)
     assert prediction is not None and checkpoint is not None and law is not None
     record = json.loads(prediction.file("forecast.json").read_text())
-    assert datetime.fromisoformat(record["preregistered_at"])  # when, for the reader
     assert recorded_before_started(instance, run.run_ids, target.prediction, target.checkpoint)
     assert record["target"]["budget"] == 1e11 and len(record["runs"]) == len(
         ladder.checkpoints.partition_keys()
@@ -116,6 +115,8 @@ def test_the_forecast_is_written_before_the_target_trains_and_checked_after(fore
     assert result["actual"] == pytest.approx(checkpoint.metadata["final_loss"], rel=0.2)
     assert result["error"] == pytest.approx((result["predicted"] - result["actual"]) / result["actual"])
     assert result["extrapolation"] == pytest.approx(2.5)
+    assert result["preregistered_at"] == record["preregistered_at"]  # the law reports when it was written
+    assert datetime.fromisoformat(result["preregistered_at"]) < started_at(checkpoint.manifest)
     assert (
         result["preregistered"] and result["target_started_at"] == started_at(checkpoint.manifest).isoformat()
     )

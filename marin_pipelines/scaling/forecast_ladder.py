@@ -237,6 +237,11 @@ class Plan(IsoflopPlan):
     target: Rung
 
 
+def rung_folder(out_dir: Path, budget: float, size: str, seed: int) -> Path:
+    """Where a rung trains: ``rungs/{budget}/{size}-s{seed}`` under the command's ``--out``."""
+    return out_dir / RUNGS_DIR / budget_key(budget) / f"{size}-s{seed}"
+
+
 def plan_ladder(
     chosen: ChosenRecipe,
     budgets: Sequence[float],
@@ -259,8 +264,7 @@ def plan_ladder(
         points_per_budget=points_per_budget,
     )
     rungs = [
-        Rung(r.run, r.seed, out_dir / RUNGS_DIR / budget_key(r.run.budget) / f"{r.run.size}-s{r.seed}")
-        for r in planned.rungs
+        Rung(r.run, r.seed, rung_folder(out_dir, r.run.budget, r.run.size, r.seed)) for r in planned.rungs
     ]
     try:
         target_run = chosen.run(target, vocab_size, seq_len)
