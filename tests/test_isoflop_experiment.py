@@ -176,3 +176,6 @@ def test_a_forecast_written_after_its_target_started_is_no_preregistration():
         == f"AFTER it started at {start.isoformat()} (a target reused: no preregistration)"
     )
     assert forecast_order({"preregistered": True}) == "before it ran"
+    # a run that records its first start (the trainer does, kept across resumes): that start, not the last
+    first = "2026-11-24T11:50:00.250000+00:00"
+    assert started_at({**manifest, "metadata": {"started_at": first}}).isoformat() == first

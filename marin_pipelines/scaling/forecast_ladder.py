@@ -56,6 +56,7 @@ from marin_pipelines.scaling.recipe import ConstantRecipe, DelphiRecipe, RecipeR
 from marin_pipelines.scaling.scaling_law import budget_key
 from marin_pipelines.tokenize.data_mixture import MixtureConfig
 from marin_pipelines.tokenize.tokenized_cache import CacheConfig, TokenCache
+from marin_pipelines.train.train_config import STARTED_FILE
 
 Say = Callable[[str], None]
 ChosenRecipe = DelphiRecipe | ConstantRecipe
@@ -73,7 +74,6 @@ RUNGS_DIR = "rungs"
 RUNG_FILE = "rung.json"
 FORECAST_FILE = "forecast.json"
 TARGET_DIR = "target"
-STARTED_FILE = "started.json"
 RESULT_FILE = "result.json"
 
 
@@ -441,23 +441,20 @@ def preregister(
 
 
 def run_target(plan: Plan, cache: TokenCache, say: Say) -> tuple[dict[str, Any], str]:
-    """The target trained and evaluated (or reused), and when it first started: ``started.json`` is
-    written once, before its first step, so a resumed target keeps its original start."""
+    """The target trained and evaluated (or reused), and when it first started: the trainer records that
+    (``started.json``) before the first step and keeps it when the run resumes."""
     target = plan.target
-    started_file = target.folder / STARTED_FILE
     record = finished(target)
     if record is None:
-        if (started := _read_json(started_file)) is None:
-            started = {"started_at": _now()}
-            target.folder.mkdir(parents=True, exist_ok=True)
-            _write_json(started_file, started)
         say(f"target: {target.label}: {target.run.tokens:,} tokens, training")
         record = train_rung(target, cache)
         how = f"{record['seconds']:.1f} s"
     else:
-        started, how = _read_json(started_file), "reused"
+        how = "reused"
     say(f"target: {target.label}: loss {record['loss']:.4f} ({how})")
-    assert started is not None  # written before the target's first step
+    started = _read_json(target.folder / STARTED_FILE)
+    if started is None:
+        raise ValueError(f"{target.folder} has no {STARTED_FILE}: when the target started is not known")
     return record, started["started_at"]
 
 

@@ -442,9 +442,11 @@ def forecast_held(artifact: Artifact) -> tuple[bool, dict[str, Any]]:
 
 
 def started_at(manifest: dict[str, Any]) -> datetime:
-    """When the run that wrote a checkpoint (its ``manifest``) started, at the latest: its commit time (it
-    keeps to the second, rounded down: hence the second added) less its wall time. A run resumed after a
-    crash began earlier still; a forecast written after this was written after the target started."""
+    """When the run that wrote a checkpoint (its ``manifest``) first started: the trainer's record, kept
+    across resumes. A run from before that record: at the latest, its commit time (kept to the second,
+    rounded down: hence the second added) less its wall time."""
+    if first := manifest.get("metadata", {}).get("started_at"):
+        return datetime.fromisoformat(first)
     created = datetime.fromisoformat(manifest["created"]) + timedelta(seconds=1)
     return created - timedelta(seconds=float(manifest["wall_seconds"]))
 

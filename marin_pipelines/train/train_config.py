@@ -12,6 +12,7 @@ MODEL_FILE = "model.json"
 TRAIN_FILE = "train.json"  # config + summary
 METRICS_FILE = "metrics.jsonl"  # one line per step
 LOSS_CURVE_FILE = "loss_curve.png"
+STARTED_FILE = "started.json"  # when the run first started, kept across resumes: what a forecast precedes
 CHAT_TEMPLATE_FILE = "chat_template.jinja"  # a fine-tuned run's chat template (export-hf ships it)
 
 

@@ -25,6 +25,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
 from typing import Any, Protocol, runtime_checkable
 
 import jax
@@ -48,6 +49,7 @@ from marin_pipelines.train.train_config import (
     LOSS_CURVE_FILE,
     METRICS_FILE,
     MODEL_FILE,
+    STARTED_FILE,
     TRAIN_FILE,
     TrainConfig,
 )
@@ -213,6 +215,20 @@ def _write_whole(path: UPath, data: bytes) -> None:
     os.replace(partial, path)
 
 
+def _first_start(out_dir: UPath, resuming: bool) -> str | None:
+    """When the run first started (ISO time, UTC): recorded before its first step and kept when it resumes,
+    so that a forecast written after a crash and before the resume is not taken as written before the run.
+    None for a run resumed from before the record existed: its start is not known."""
+    path = out_dir / STARTED_FILE
+    if path.exists():
+        return json.loads(path.read_text())["started_at"]
+    if resuming:
+        return None
+    started = datetime.now(UTC).isoformat(timespec="microseconds")
+    _write_whole(path, json.dumps({"started_at": started}).encode())
+    return started
+
+
 def _write_metrics(path: UPath, metrics: list[dict[str, Any]]) -> None:
     _write_whole(path, "".join(json.dumps(m) + "\n" for m in metrics).encode())
 
@@ -259,7 +275,7 @@ def train(
     asked for this process's rows only; a plain function's batch is sliced. Bad updates (non-finite, or a
     loss spike) are skipped and counted; more than ``max_consecutive_skips`` in a row raise RuntimeError.
     ``on_step`` callbacks get each step's metrics record. Returns the summary that process 0 also writes
-    to ``train.json``.
+    to ``train.json`` (with ``started_at``, the first start, which process 0 records in ``started.json``).
     """
     out_dir = UPath(out_dir)
     primary = is_primary()
@@ -304,6 +320,7 @@ def train(
                 logger.info("resuming from the checkpoint of step %d in %s", start, out_dir)
         else:
             state = jax.device_put(state, shardings)
+        started_at = _first_start(out_dir, resuming=start > 0) if primary else None
         metrics = _metrics_before(metrics_path, start)
         if len(metrics) != start:
             raise ValueError(f"{metrics_path} has {len(metrics)} steps before checkpoint {start}")
@@ -374,6 +391,8 @@ def train(
         "peak_flops": peak_flops,
         "mfu": tokens_per_s * flops_per_token / peak_flops,
     }
+    if started_at is not None:  # known to process 0, unless the run began before the record existed
+        summary["started_at"] = started_at
     if primary:
         recorded = {"config": meta["train"], "summary": summary}
         _write_whole(out_dir / TRAIN_FILE, json.dumps(recorded, indent=2).encode())

@@ -125,8 +125,11 @@ def test_interrupted_run_resumes_bit_identically(run, tmp_path):
     with pytest.raises(KeyboardInterrupt):
         train(MODEL, TRAIN, crashing, tmp_path, progress=False)
     assert len(read_metrics(tmp_path)) == 25
+    first_start = json.loads((tmp_path / "started.json").read_text())["started_at"]
     summary = train(MODEL, TRAIN, repeating_batches, tmp_path, progress=False)
     assert summary["resumed_from_step"] == 20
+    # the run's start is its first one: a forecast written during the crash was written after it started
+    assert summary["started_at"] == first_start != run[1]["started_at"]
     assert params_sha256(load_params(run[0])[1]) == params_sha256(load_params(tmp_path)[1])
     assert [m["loss"] for m in read_metrics(tmp_path)] == [m["loss"] for m in read_metrics(run[0])]
 
