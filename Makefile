@@ -20,7 +20,7 @@ $(STAMP): pyproject.toml requirements.lock
 	  || $(PY) -m pip install --quiet -c requirements.lock -e '.[dev]'
 	touch $(STAMP)
 
-# the demo, its z-loss ablation and its SFT (which share every data step and the demo's run)
+# the demo, its z-loss ablation and its SFT (which share every data step; the SFT also the demo's run)
 demo: install
 	$(VENV)/bin/marin-pipelines demo
 

@@ -1,5 +1,5 @@
-"""`marin-pipelines demo`: the demo, its z-loss ablation and its fine-tuning (which share every data step and
-the demo's run), materialised in this process, each followed by its summary."""
+"""`marin-pipelines demo`: the demo, its z-loss ablation and its fine-tuning (which share every data step; the
+fine-tuning also the demo's run), materialised in this process, each followed by its summary."""
 
 from __future__ import annotations
 
