@@ -1,6 +1,6 @@
 import pytest
 
-from marin_pipelines.experiments import demo
+from marin_pipelines.experiments import demo, scaling_forecast
 from marin_pipelines.experiments.defaults import Target, forecast_target, isoflop_ladder, train
 from marin_pipelines.scaling.isoflop_ladder import target_run
 from marin_pipelines.steps import StepError
@@ -47,10 +47,12 @@ def test_a_new_rung_reforecasts_without_retraining_the_target():
     assert recipe.checkpoint.version != demo.target.checkpoint.version  # the recipe trains the target too
 
 
-def test_the_demo_target_is_the_recipes_run_at_ten_times_the_largest_rung():
+def test_the_demo_target_is_the_recipes_run_past_the_largest_rung():
     ladder = demo.ladder.config
     model, run = demo.target.checkpoint.config.resolve(vocab_size=2048)
-    assert ladder.target_budget >= 10 * max(ladder.budgets)
+    assert ladder.target_budget >= 5 * max(ladder.budgets)  # the demo's time allows 5x
+    forecast = scaling_forecast.ladder.config  # the experiment forecasts 10x and more
+    assert forecast.target_budget >= 10 * max(forecast.budgets)
     planned = target_run(ladder.target())
     assert (model, run.batch_size, run.steps, run.learning_rate) == (
         planned.model,
