@@ -11,12 +11,14 @@ export WANDB_MODE ?= offline
 
 install: $(STAMP)
 
-# uv installs the same locked set as pip in a sixth of the time (15 s against 87 s, measured with warm caches);
-# where it cannot (it reads PyPI, not pip's configured indexes), pip installs it
+# uv installs the same locked set as pip in about a third of the time (32 s against 87 s, warm caches); where
+# it cannot (it reads PyPI, not pip's configured indexes), pip installs it. Bytecode is compiled at install,
+# as pip does: with PYTHONDONTWRITEBYTECODE set, every launched process would compile its imports again
+# (5.2 s against 2.0 s to import the trainer and lm-eval).
 $(STAMP): pyproject.toml requirements.lock
 	$(PYTHON) -m venv $(VENV)
 	($(PY) -m pip install --quiet uv==0.13.9 \
-	  && $(PY) -m uv pip install --python $(PY) --quiet -c requirements.lock -e '.[dev]') \
+	  && $(PY) -m uv pip install --python $(PY) --quiet --compile-bytecode -c requirements.lock -e '.[dev]') \
 	  || $(PY) -m pip install --quiet -c requirements.lock -e '.[dev]'
 	touch $(STAMP)
 
