@@ -128,4 +128,5 @@ def _isoflop(law: dict, forecast: dict) -> list[str]:
     for metric, d in law["downstream"].items():
         error = "" if d["relative_error"] is None else f" ({100 * d['relative_error']:+.1f}%)"
         lines.append(f"  {metric}: forecast {d['predicted']:.3f}, actual {d['actual']:.3f}{error}")
+    lines += [f"  ladder warning: {warning}" for warning in forecast["warnings"]]
     return lines

@@ -4,6 +4,7 @@ the forecast (written before the target starts) -> the target -> the forecast ag
 a downstream set's bits-per-byte. The plan and the declarations' errors are checked without training."""
 
 import json
+import math
 from datetime import datetime
 
 import polars as pl
@@ -85,8 +86,22 @@ def forecast_run(tmp_path_factory):
     other = tokenizer_and_cache(
         "iso/held", held, tokenizer=tokens.tokenizer, cache={"validation_fraction": 0.5}
     )
+    extra = tokenizer_and_cache(
+        "iso/extra",
+        package_text("iso/extra_text", distributions=("packaging", "pluggy"), include_stdlib=False),
+        tokenizer=tokens.tokenizer,
+        cache={"validation_fraction": 0.1},
+    )
+    # a mixture with a cache from another step: the rungs, the target and the forecast's diagnostics read it
+    mixture = {"sources": {"main": {"weight": 3.0}, "extra": {"weight": 1.0, "cache": extra}}}
     ladder = isoflop_ladder(
-        "iso", tokens, ladder=LADDER, train={"max_epochs": 10.0}, also={"held": other.cache}, batch_size=8
+        "iso",
+        tokens,
+        ladder=LADDER,
+        train={"max_epochs": 10.0},
+        data_mixture=mixture,
+        also={"held": other.cache},
+        batch_size=8,
     )
     target = forecast_target("iso", ladder, downstream=["bpb/held"], also={"held": other.cache}, batch_size=8)
     experiment = Experiment("iso", steps=[target.scaling_law])
@@ -120,6 +135,13 @@ def test_the_forecast_is_written_before_the_target_trains_and_checked_after(fore
     assert (
         result["preregistered"] and result["target_started_at"] == started_at(checkpoint.manifest).isoformat()
     )
+    # the diagnostics: a unigram model over both sources' tokens, which every rung beats; the check says so
+    unigram = prediction.metadata["unigram_loss"]
+    assert 0 < unigram < math.log(512) and prediction.metadata["rungs_not_beating_unigram"] == []
+    assert max(r["loss"] for r in record["runs"]) < unigram and record["diagnostics"]["warnings"] == []
+    assert 0 < prediction.metadata["target_epochs"] < 10
+    informative = [c for c in run.checks if c.check == "ladder_informative"]
+    assert [(c.asset, c.passed, c.blocking) for c in informative] == [("iso/isoflop_forecast", True, False)]
     held = law.metadata["downstream"]["bpb/held"]
     assert held["relative_error"] == pytest.approx(held["predicted"] / held["actual"] - 1)
     for name in ("isoflop_curves.png", "frontier.png", "seed_spread.png"):

@@ -70,6 +70,10 @@ def test_the_prediction_is_an_ordering_edge_that_versions_nothing():
     assert demo.target.checkpoint.after == (demo.target.prediction,)
     assert "isoflop_forecast" not in demo.target.checkpoint.inputs
     assert demo.target.prediction not in demo.target.checkpoint.inputs.values()
+    # the forecast and the target read every cache the rungs train on (the crawl's and the packages')
+    rungs = demo.ladder.checkpoints.inputs
+    assert len(rungs) == 2 and demo.target.checkpoint.inputs == rungs
+    assert demo.target.prediction.inputs == {"ladder_eval_results": demo.ladder.evaluations, **rungs}
 
 
 EXPERIMENT_FILE = """

@@ -476,9 +476,6 @@ def forecast_target(
         "target": ladder.config.target(),
     }
     run_config = validated(train_stages.TrainRunConfig, run, where)
-    cache = runs.inputs[
-        "tokenized_cache"
-    ]  # the target trains on all the rungs' inputs (the mixture's caches)
     config = {
         "target": run_config,
         "bootstrap": ladder.config.bootstrap,
@@ -489,8 +486,9 @@ def forecast_target(
         f"{prefix}/isoflop_forecast",
         scaling_stages.isoflop_forecast,
         config,
-        {"ladder_eval_results": ladder.evaluations, "tokenized_cache": cache},
+        {"ladder_eval_results": ladder.evaluations, **runs.inputs},  # the caches: the ladder's diagnostics
     )
+    # the target trains on all the rungs' inputs (the mixture's caches)
     checkpoint = step(f"{prefix}/checkpoint", train_stages.checkpoint, run_config, runs.inputs, (prediction,))
     evaluation = evaluate(f"{prefix}/eval_results", checkpoint, evals=evals, batch_size=batch_size, also=also)
     law = step(

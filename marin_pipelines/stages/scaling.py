@@ -45,7 +45,7 @@ from marin_pipelines.scaling.speedrun import (
     plot_leaderboard,
     submission_result,
 )
-from marin_pipelines.stages.train import TrainRunConfig, launch_training
+from marin_pipelines.stages.train import TrainRunConfig, launch_training, mixture_of_inputs
 from marin_pipelines.steps import Check, InputError, StepContext, stage
 from marin_pipelines.store import Artifact, PendingArtifact, read_url, write_url
 from marin_pipelines.tokenize.data_mixture import MixtureConfig
@@ -154,10 +154,7 @@ def scaling_prediction(
         ),
     }
     extrapolation = target["flops"] / max(r["budget"] for r in runs)
-    sources = {
-        name: (source.weight, TokenCache(source.cache or tokenized_cache.url))
-        for name, source in config.target.data_mixture.sources.items()
-    }
+    sources = training_sources(ctx, config.target, tokenized_cache, {})
     diagnostics = mixture_diagnostics(runs, sources, target["tokens"], vocab_size)
     plot_scaling_law(runs, law_fit.law, out.path / PLOT, predictions=[target])
     fitted = law_fit.as_dict()
@@ -326,18 +323,40 @@ def isoflop_run(key: str, evals: Artifact) -> dict[str, Any]:
     }
 
 
-@stage(IsoflopForecastConfig, group="scaling", kinds=("scipy", "polars"))
+def training_sources(
+    ctx: StepContext, config: TrainRunConfig, tokenized_cache: Artifact, caches: dict[str, Artifact]
+) -> dict[str, tuple[float, TokenCache]]:
+    """The run's mixture as (first weight, cache) by source; a source that names no cache reads the step's."""
+    mixture = mixture_of_inputs(ctx, config.data_mixture, caches)
+    return {
+        name: (source.weight, TokenCache(source.cache or tokenized_cache.url))
+        for name, source in mixture.sources.items()
+    }
+
+
+@stage(
+    IsoflopForecastConfig,
+    revision=2,  # with the ladder's diagnostics (unigram baseline, target epochs) and their check
+    group="scaling",
+    kinds=("scipy", "polars"),
+    checks={"ladder_informative": Check(ladder_informative, blocking=False)},
+)
 def isoflop_forecast(
     ctx: StepContext,
     out: PendingArtifact,
     config: IsoflopForecastConfig,
     ladder_eval_results: dict[str, Artifact],
     tokenized_cache: Artifact,
+    **caches: Artifact,
 ) -> None:
     """Each budget's optimum, the frontier L*(C) and the target's loss (and downstream scores) forecast
-    from the IsoFLOP ladder, written with the time before the target trains (it runs after this step)."""
-    runs = [isoflop_run(key, evals) for key, evals in sorted(ladder_eval_results.items())]
-    model, train = config.target.resolve(tokenized_cache.metadata["vocab_size"])
+    from the IsoFLOP ladder, written with the time before the target trains (it runs after this step).
+    It reads the rungs' training caches (``caches``: the mixture's further inputs) for the diagnostics:
+    the unigram baseline every rung should beat and how often the target reads its data."""
+    keys = sorted(ladder_eval_results)
+    runs = [isoflop_run(key, ladder_eval_results[key]) for key in keys]
+    vocab_size = tokenized_cache.metadata["vocab_size"]
+    model, train = config.target.resolve(vocab_size)
     budget = config.target.target["target_budget"]  # type: ignore[index]
     try:
         predicted = forecast(runs, budget, bootstrap=config.bootstrap, seed=config.seed)
@@ -355,6 +374,9 @@ def isoflop_forecast(
         "tokens": tokens,
         "shape": f"d{model.d_model}l{model.n_layers}",
     }
+    named = [{"run": key, "loss": r["loss"]} for key, r in zip(keys, runs, strict=True)]
+    sources = training_sources(ctx, config.target, tokenized_cache, caches)
+    diagnostics = mixture_diagnostics(named, sources, tokens, vocab_size)
     record = {
         "preregistered_at": datetime.now(UTC).isoformat(timespec="microseconds"),
         "target": target,
@@ -365,6 +387,7 @@ def isoflop_forecast(
         },
         "forecast": predicted.as_dict(),
         "downstream": {metric: d.as_dict() for metric, d in downstream.items()},
+        "diagnostics": diagnostics,
         "runs": runs,
     }
     (out.path / FORECAST).write_text(json.dumps(record, indent=2))
@@ -386,6 +409,7 @@ def isoflop_forecast(
         rung_table=RUNG_TABLE,
         markdown={"optima": optima_table(predicted)},
         plots=plots,
+        **diagnostics,
     )
 
 
