@@ -1,7 +1,7 @@
 """The plain-text summary `make demo` ends with, read back from the artifact store.
 
-It covers whatever steps the experiment has: document funnels, tokens, each run and its evaluation, a
-scaling law or an IsoFLOP forecast with its preregistered prediction, the speedrun, and a comparison's table.
+It covers whatever steps the experiment has: document funnels, tokens, each run and its evaluation, an
+IsoFLOP ladder's preregistered forecast against its target, the speedrun, and a comparison's table.
 """
 
 from __future__ import annotations
@@ -54,8 +54,6 @@ def experiment_summary(experiment: Experiment, store_root: str, run: ExperimentR
         tasks = [f"{k} {v:.3f}" for k, v in evals["scores"].items() if not k.startswith(("bpb/", "loss/"))]
         if tasks:
             lines.append(f"  tasks: {', '.join(tasks)}")
-    for law_step in of("scaling_law"):
-        lines += _scaling(get(law_step).metadata, get(law_step.inputs["scaling_prediction"]).metadata)
     for law_step in of("isoflop_law"):
         lines += _isoflop(get(law_step).metadata, get(law_step.inputs["isoflop_forecast"]).metadata)
     for board in of("speedrun_leaderboard"):
@@ -85,22 +83,6 @@ def _funnels(experiment: Experiment, get) -> list[str]:
             by_family[reason.split(":")[0]] += n
         reasons = ", ".join(f"{family} {n}" for family, n in by_family.most_common())
         lines.append(f"  {step.name:<34} {funnel.docs_in:>6} -> {funnel.docs_out:>6}   {reasons or '-'}")
-    return lines
-
-
-def _scaling(law: dict, prediction: dict) -> list[str]:
-    lines = [f"scaling ladder (validation loss; a unigram model scores {prediction['unigram_loss']:.3f}):"]
-    for r in law["runs"]:
-        lines.append(f"  {r['run']:<14} N={r['params']:>9,}  D={r['tokens']:>9,}  loss {r['loss']:.3f}")
-    lines.append(f"fitted law ({law['method']}): {law['formula']}  (N non-embedding params, D tokens)")
-    main, ladder_top = law["main_run"], max(r["budget"] for r in law["runs"])
-    low, high = main["loss_interval"]
-    lines.append(
-        f"target run ({main['flops']:.2g} FLOPs, {main['flops'] / ladder_top:.0f}x the ladder's top budget), "
-        f"preregistered before it ran: loss {main['predicted_loss']:.3f} [{low:.3f}, {high:.3f}], "
-        f"actual {main['actual_loss']:.3f} ({100 * main['relative_error']:+.1f}%)"
-    )
-    lines += [f"  ladder warning: {warning}" for warning in prediction["warnings"]]
     return lines
 
 

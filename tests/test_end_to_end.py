@@ -7,24 +7,23 @@ import sys
 import pytest
 from dagster import DagsterInstance
 from event_order import recorded_before_started
+from tiny_ladder import TINY_LADDER
 
 from marin_pipelines.cli import main
 from marin_pipelines.defs.local_run import materialize_experiment
 from marin_pipelines.experiment import SKIPPED_MODULES, Experiment
 from marin_pipelines.experiments.defaults import (
     crawl_and_text,
-    preregistered_target,
+    forecast_target,
+    isoflop_ladder,
     quality_and_curation,
-    scaling_ladder,
     speedrun,
     tokenizer_and_cache,
 )
-from marin_pipelines.scaling.scaling_law import budget_key
+from marin_pipelines.scaling.isoflop_ladder import target_run
 from marin_pipelines.store import ArtifactStore
 
-SIZES, BUDGETS = ["nano", "micro"], [3e9, 1e10]
-LADDER_RUNS = len(SIZES) * len(BUDGETS)
-TRAIN = {"steps": 30, "batch_size": 8, "warmup_steps": 3, "log_every": 5}
+LADDER = {**TINY_LADDER, "target_budget": 1e11}
 EVALS = {"tasks": ["marin_python_mc", "marin_python_qa"]}
 DOCUMENT_STAGES = ("web_documents", "extracted_text", "filtered_text", "deduplicated_text", "curated_text")
 
@@ -37,19 +36,10 @@ quality = quality_and_curation(
 tokens = tokenizer_and_cache(
     "tiny", quality.curated_text, tokenizer={"vocab_size": 512}, cache={"validation_fraction": 0.1}
 )
-# the target is a nano run at 3x the ladder's largest budget (79 steps by the ladder's rule)
-ladder = scaling_ladder(
-    "tiny",
-    tokens,
-    ladder={"sizes": SIZES, "budgets": BUDGETS, "batch_size": 8, "target_budget": 3 * max(BUDGETS)},
-    seq_len=32,
-    train=TRAIN,
-    evals=EVALS,
-    batch_size=8,
-)
-target = preregistered_target(
-    "tiny", ladder, model={"size": "nano", "seq_len": 32}, train=TRAIN, evals=EVALS, batch_size=8
-)
+# the target is the recipe's run at 2.5x the ladder's largest budget
+ladder = isoflop_ladder("tiny", tokens, ladder=LADDER, train={"log_every": 50}, evals=EVALS, batch_size=8)
+target = forecast_target("tiny", ladder, evals=EVALS, batch_size=8)
+RUNGS = ladder.checkpoints.partition_keys()
 
 
 def tiny_experiment(submissions: list[str] = (), name: str = "tiny") -> Experiment:
@@ -58,9 +48,8 @@ def tiny_experiment(submissions: list[str] = (), name: str = "tiny") -> Experime
 
 
 def expected_outputs(experiment: Experiment) -> set[tuple[str, str | None]]:
-    """(asset, partition) of every step: the demo crawl's one snapshot, the ladder's budget|size rungs."""
-    rungs = [f"{budget_key(b)}|{size}" for b in BUDGETS for size in SIZES]
-    partitions = {"snapshot": ["demo"], "ladder": rungs, None: [None]}
+    """(asset, partition) of every step: the demo crawl's one snapshot, the ladder's rungs."""
+    partitions = {"snapshot": ["demo"], "ladder": RUNGS, None: [None]}
     return {(s.name, p) for s in experiment.all_steps for p in partitions[s.partitioning]}
 
 
@@ -77,21 +66,21 @@ def test_every_asset_is_materialised_and_every_check_passes(graph):
     experiment, root, _, run = graph
     assert len(experiment.all_steps) == 16  # crawl to dedup, quality, tokens, ladder, target, law, speedrun
     outputs = expected_outputs(experiment)
-    assert len(outputs) == len(experiment.all_steps) - 2 + 2 * LADDER_RUNS
+    assert len(RUNGS) == 9 and len(outputs) == len(experiment.all_steps) - 2 + 2 * len(RUNGS)
     assert len(run.materialized) == len(outputs)
     assert {(m.asset, m.partition) for m in run.materialized} == outputs
     assert run.reused == 0
     assert run.checks and run.checks_passed, run.failed_checks
-    # the WARN checks report on the ladder and on the preregistered prediction; the rest block
+    # the WARN checks report on the ladder and on the preregistered forecast; the rest block
     assert sorted(c.check for c in run.checks if not c.blocking) == [
+        "forecast_within_1_percent",
         "ladder_informative",
-        "preregistered_prediction",
     ]
-    assert {c.asset for c in run.checks if not c.blocking} == {"tiny/scaling_prediction", "tiny/scaling_law"}
+    assert {c.asset for c in run.checks if not c.blocking} == {"tiny/isoflop_forecast", "tiny/isoflop_law"}
     checked = {c.asset for c in run.checks}
     for stage in DOCUMENT_STAGES:
         assert f"tiny/{stage}" in checked
-    assert {"tiny/checkpoint", "tiny/ladder_checkpoint", "tiny/eval_results"} <= checked
+    assert {"tiny/checkpoint", "tiny/isoflop_checkpoint", "tiny/eval_results"} <= checked
     store = ArtifactStore(root)
     steps = {step.name: step for step in experiment.all_steps}
     for asset, partition in outputs:
@@ -116,20 +105,23 @@ def test_stages_do_their_real_job(graph):
     assert 0 <= scores["marin_python_mc/acc"] <= 1 and 0 <= scores["marin_python_qa/exact_match"] <= 1
     # one source: the mixture's bits-per-byte is its own (recombined, so equal up to rounding)
     assert scores["bpb/main"] == pytest.approx(meta["tiny/eval_results"]["bits_per_byte"], rel=1e-12)
-    law = meta["tiny/scaling_law"]
-    assert law["n_runs"] == LADDER_RUNS and len(law["runs"]) == LADDER_RUNS
-    assert "data:image/png;base64," in ckpt["loss_curve"] and "data:image/png;base64," in law["scaling_law"]
-    prediction = meta["tiny/scaling_prediction"]  # 2 x 2 rungs: too few for 5 parameters, and it says so
-    assert prediction["method"] == "log_linear" and "4 runs for 5 parameters" in prediction["method_reason"]
-    assert law["main_run"]["predicted_loss"] == prediction["predicted_loss"]
-    # the target run is the one predicted: the ladder's rule at its target budget, on nano
-    assert prediction["target"]["size"] == "nano" and prediction["target"]["budget"] == 3 * max(BUDGETS)
-    assert ckpt["steps"] == prediction["target"]["steps"] != TRAIN["steps"]
-    assert law["main_run"]["actual_loss"] == meta["tiny/eval_results"]["loss"]
-    assert prediction["unigram_loss"] < math.log(512) and prediction["target_epochs"] > 0
-    rungs = {r["run"]: r["loss"] for r in prediction["runs"]}
-    stuck = {run for run, loss in rungs.items() if loss >= prediction["unigram_loss"]}
-    assert set(prediction["rungs_not_beating_unigram"]) == stuck
+    law, forecast = meta["tiny/isoflop_law"], meta["tiny/isoflop_forecast"]
+    assert forecast["n_runs"] == len(RUNGS) and forecast["n_budgets"] == 3
+    assert "data:image/png;base64," in ckpt["loss_curve"] and "data:image/png;base64," in law["frontier"]
+    # the target run is the one forecast: the recipe's run at the target budget, by its own rule
+    planned = target_run(ladder.config.target())
+    assert forecast["target"]["shape"] == planned.size and forecast["target"]["budget"] == 1e11
+    assert ckpt["steps"] == planned.train.steps and ckpt["tokens_seen"] == planned.tokens
+    result = law["result"]
+    assert result["predicted"] == forecast["predicted_loss"] and result["preregistered"]
+    assert result["actual"] == meta["tiny/eval_results"]["loss"]
+    # the ladder's diagnostics, against each rung's own evaluation
+    assert forecast["unigram_loss"] < math.log(512) and forecast["target_epochs"] > 0
+    rungs = {
+        m.partition: m.metadata["loss"] for m in run.materialized if m.asset == "tiny/ladder_eval_results"
+    }
+    stuck = {rung for rung, loss in rungs.items() if loss >= forecast["unigram_loss"]}
+    assert sorted(rungs) == sorted(RUNGS) and set(forecast["rungs_not_beating_unigram"]) == stuck
     assert meta["tiny/speedrun_leaderboard"]["runs"] == 0  # the tiny experiment chooses no submissions
 
 
@@ -247,14 +239,14 @@ def test_the_summary_reads_the_run_back_from_the_store(graph):
 
     experiment, root, _, run = graph
     text = experiment_summary(experiment, root, run, seconds=1.0)
-    prediction = next(m.metadata for m in run.materialized if m.asset == "tiny/scaling_prediction")
-    assert f"a unigram model scores {prediction['unigram_loss']:.3f}" in text
-    assert text.count("ladder warning:") == len(prediction["warnings"])
-    assert "WARNING: tiny/scaling_prediction:ladder_informative did not pass" in text
-    law = next(m.metadata for m in run.materialized if m.asset == "tiny/scaling_law")
-    assert f"actual {law['main_run']['actual_loss']:.3f}" in text
-    missed = not next(c for c in run.checks if c.check == "preregistered_prediction").passed
-    assert ("WARNING: tiny/scaling_law:preregistered_prediction did not pass" in text) == missed
+    forecast = next(m.metadata for m in run.materialized if m.asset == "tiny/isoflop_forecast")
+    assert text.count("ladder warning:") == len(forecast["warnings"])
+    warned = "WARNING: tiny/isoflop_forecast:ladder_informative did not pass" in text
+    assert warned == bool(forecast["warnings"])
+    law = next(m.metadata for m in run.materialized if m.asset == "tiny/isoflop_law")
+    assert f"actual {law['result']['actual']:.3f}" in text
+    missed = not next(c for c in run.checks if c.check == "forecast_within_1_percent").passed
+    assert ("WARNING: tiny/isoflop_law:forecast_within_1_percent did not pass" in text) == missed
     assert "FAILED" not in text
 
 

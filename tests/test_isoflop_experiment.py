@@ -11,6 +11,7 @@ import polars as pl
 import pytest
 from dagster import DagsterInstance
 from event_order import recorded_before_started
+from tiny_ladder import TINY_LADDER
 
 from marin_pipelines.defs.local_run import materialize_experiment
 from marin_pipelines.experiment import Experiment
@@ -28,14 +29,7 @@ from marin_pipelines.store import ArtifactStore
 
 # small pure-Python distributions of the lock: ~1.7 MB of code and documents
 DISTRIBUTIONS = ("PyYAML", "tqdm", "idna", "certifi", "requests", "jinja2", "click", "markupsafe")
-LADDER = {
-    "recipe": {"name": "delphi", "head_dim": 8},
-    "budgets": [1e10, 2e10, 4e10],
-    "points_per_budget": 3,
-    "vocab_size": 512,
-    "seq_len": 64,
-    "target_budget": 1e11,
-}
+LADDER = {**TINY_LADDER, "seq_len": 64, "target_budget": 1e11}
 
 
 def test_the_partitions_are_the_recipes_rungs_with_their_seeds():

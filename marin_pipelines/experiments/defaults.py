@@ -1,7 +1,7 @@
 """Helpers that declare the usual steps, so that an experiment file reads like a recipe (Marin's
 ``defaults.py``): crawl and text (or the installed packages' text), quality and curation, tokenizer and
-cache, train, chat data and SFT, evaluate, a scaling ladder with a preregistered target, an IsoFLOP ladder
-by a scaling recipe with its forecast target, the speedrun, a comparison, and ``variant`` for an ablation.
+cache, train, chat data and SFT, evaluate, an IsoFLOP ladder by a scaling recipe with its preregistered
+forecast target, the speedrun, a comparison, and ``variant`` for an ablation.
 
 Configs are given as dicts (or config objects); a bad field is an error naming the step, the place it
 was declared and the field. Step names are ``{prefix}/{stage}`` unless a name is given.
@@ -16,7 +16,6 @@ from pydantic import BaseModel, ValidationError
 
 from marin_pipelines.config_errors import describe
 from marin_pipelines.scaling.isoflop_ladder import IsoflopLadderConfig
-from marin_pipelines.scaling.scaling_law import LadderConfig
 from marin_pipelines.stages import crawl as crawl_stages
 from marin_pipelines.stages import evals as eval_stages
 from marin_pipelines.stages import package_text as package_text_stages
@@ -317,90 +316,14 @@ def evaluate(
 
 
 @dataclass(frozen=True)
-class Ladder:
-    config: LadderConfig
-    checkpoints: Step
-    evaluations: Step
-
-
-def scaling_ladder(
-    prefix: str,
-    tokens: TokenSteps,
-    *,
-    ladder: Fields,
-    seq_len: int,
-    train: Fields = None,
-    data_mixture: Fields = None,
-    evals: Fields = None,
-    batch_size: int = 16,
-) -> Ladder:
-    """Sizes x budgets trained by the ladder's rule, one partition each, and their evaluations."""
-    _expect(tokens, TokenSteps, "tokens", f"{prefix}/ladder_checkpoint")
-    config = {
-        "ladder": _fields(ladder),
-        "seq_len": seq_len,
-        "train": _fields(train),
-        "data_mixture": _fields(data_mixture),
-    }
-    runs = step(
-        f"{prefix}/ladder_checkpoint",
-        train_stages.ladder_checkpoint,
-        _drop_none(config),
-        {"tokenized_cache": tokens.cache},
-    )
-    evaluations = evaluate(f"{prefix}/ladder_eval_results", runs, evals=evals, batch_size=batch_size)
-    return Ladder(runs.config.ladder, runs, evaluations)
-
-
-@dataclass(frozen=True)
 class Target:
+    """The forecast (written first), the run it forecasts, its evaluation, and the law checking the one
+    against the other."""
+
     prediction: Step
     checkpoint: Step
     evaluation: Step
     scaling_law: Step
-
-
-def preregistered_target(
-    prefix: str,
-    ladder: Ladder,
-    *,
-    model: Fields,
-    train: Fields = None,
-    evals: Fields = None,
-    batch_size: int = 16,
-) -> Target:
-    """A run of ``model`` at the ladder's ``target_budget`` by the ladder's rule, its loss predicted from the
-    ladder first: the checkpoint runs after the prediction (an edge in the graph), which never sees it."""
-    where = f"step {prefix + '/checkpoint'!r} ({declared_at()})"
-    _expect(ladder, Ladder, "ladder", f"{prefix}/checkpoint")
-    if ladder.config.target_budget is None:
-        raise StepError(f"{where}: the ladder has no target_budget to preregister a run for")
-    runs = ladder.checkpoints
-    run = {
-        "model": _fields(model),
-        "train": _fields(train),
-        "data_mixture": runs.config.data_mixture,
-        "target": ladder.config.target(),
-    }
-    run_config = validated(train_stages.TrainRunConfig, _drop_none(run), where)
-    cache = runs.inputs["tokenized_cache"]
-    prediction = step(
-        f"{prefix}/scaling_prediction",
-        scaling_stages.scaling_prediction,
-        {"target": run_config, "bootstrap": ladder.config.bootstrap, "seed": ladder.config.seed},
-        {"ladder_eval_results": ladder.evaluations, "tokenized_cache": cache},
-    )
-    checkpoint = step(
-        f"{prefix}/checkpoint", train_stages.checkpoint, run_config, {"tokenized_cache": cache}, (prediction,)
-    )
-    evaluation = evaluate(f"{prefix}/eval_results", checkpoint, evals=evals, batch_size=batch_size)
-    law = step(
-        f"{prefix}/scaling_law",
-        scaling_stages.scaling_law,
-        {},
-        {"scaling_prediction": prediction, "eval_results": evaluation},
-    )
-    return Target(prediction, checkpoint, evaluation, law)
 
 
 def package_text(name: str, **config: Any) -> Step:

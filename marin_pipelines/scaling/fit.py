@@ -151,10 +151,3 @@ def _fit_all(runs: Sequence[dict[str, float]], bootstrap: int, seed: int) -> Law
             continue
     isoflops = fit_isoflops(runs) if all("budget" in r for r in runs) else IsoflopFit((), None, None)
     return LawFit(law, method, reason, tuple(resamples), isoflops, len(runs), seed)
-
-
-def law_from_dict(method: str, values: dict[str, Any]) -> Law:
-    """A law back from ``LawFit.as_dict()``'s ``method`` and ``law``."""
-    if method == "chinchilla":
-        return ChinchillaLaw(**values)
-    return ScalingLaw(**{**values, "residuals": tuple(values["residuals"])})

@@ -4,7 +4,7 @@
 ``polars.read_parquet``); the plots show what the forecast rests on: each budget's sweep and parabola
 (``plot_isoflop_curves``), the optima, the frontier through them and the target
 (``plot_frontier``), and the seeds' noise the intervals carry (``plot_seed_spread``). Plots draw on a
-``Figure`` of their own (no pyplot, no global state), as ``scaling_law.plot_scaling_law`` does.
+``Figure`` of their own (no pyplot, no global state).
 """
 
 from __future__ import annotations

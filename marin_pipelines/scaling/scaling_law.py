@@ -1,4 +1,4 @@
-"""Scaling ladders (sizes x FLOP budgets, each rung trained by one rule) and the log-linear law.
+"""The constant ladder rule (named sizes x FLOP budgets, one batch size and LR) and the log-linear law.
 
 L(N, D) = A * N^-alpha * D^-beta, fitted by least squares on log L (3 unknowns, exact linear algebra,
 no initial guess), is the fallback for ladders too small for the 5-parameter Chinchilla form
@@ -10,13 +10,9 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from pathlib import Path
-from typing import Any, ClassVar, Literal, Protocol
+from typing import Any, Literal
 
 import numpy as np
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
-from matplotlib.ticker import FormatStrFormatter
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from marin_pipelines.train.model import MODEL_SIZES, LlamaConfig, preset
@@ -65,10 +61,8 @@ class LadderRun(BaseModel):
 
 
 class LadderConfig(BaseModel):
-    """Sizes x budgets, one shared batch size, and the learning-rate rule across widths.
-
-    The defaults are the CPU demo's 2 x 2 ladder: about 15-60 s a run at vocab 4096, seq_len 128.
-    """
+    """Sizes x budgets, one shared batch size, and the learning-rate rule across widths: the rule of the
+    ``constant`` recipe (``scaling/recipe.py``), kept to compare the Delphi-style recipe against."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -85,24 +79,6 @@ class LadderConfig(BaseModel):
     )
     reference_d_model: int = Field(default=64, gt=0)
     warmup_fraction: float = Field(default=0.1, ge=0, lt=1)
-    target_budget: float | None = Field(
-        default=None,
-        gt=0,
-        description="preregistered target: the main run trains for this many FLOPs by this ladder's rule, "
-        "and its loss is predicted from the ladder before it starts",
-    )
-    bootstrap: int = Field(default=100, ge=0, description="bootstrap resamples for the fit's intervals")
-    seed: int = Field(default=0, description="seeds the bootstrap")
-
-    # What shapes the target run: how a rung is trained and its budget, not which rungs the ladder has.
-    TARGET_FIELDS: ClassVar[tuple[str, ...]] = (
-        "batch_size",
-        "learning_rate",
-        "lr_rule",
-        "reference_d_model",
-        "warmup_fraction",
-        "target_budget",
-    )
 
     @field_validator("sizes")
     @classmethod
@@ -138,13 +114,6 @@ class LadderConfig(BaseModel):
             }
         )
         return LadderRun(size=size, budget_flops=budget_flops, model=model, train=train)
-
-    def target(self) -> dict[str, Any] | None:
-        """The config a preregistered target run depends on (None without a target): adding a rung to the
-        ladder changes the prediction, not the run it predicts."""
-        if self.target_budget is None:
-            return None
-        return self.model_dump(include=set(self.TARGET_FIELDS))
 
     def plan(self, vocab_size: int, seq_len: int, base: TrainConfig | None = None) -> list[LadderRun]:
         """Every rung, sizes outer, budgets inner."""
@@ -215,71 +184,3 @@ def fit_scaling_law(runs: Sequence[dict[str, float]]) -> ScalingLaw:
         residuals=tuple(float(r) for r in residuals),
         n_runs=len(runs),
     )
-
-
-class Law(Protocol):
-    formula: str
-
-    def predict(self, params: float, tokens: float) -> float: ...
-
-
-def plot_scaling_law(
-    runs: list[dict[str, Any]],
-    law: Law,
-    path: Path,
-    predictions: Sequence[dict[str, Any]] = (),
-    title: str | None = None,
-) -> None:
-    """Loss vs training compute on log-log axes, one colour per model size, the fit drawn per size.
-
-    Compute is each run's ``flops`` when present, else 6ND; a size's curve uses its runs' FLOPs per
-    token. Each prediction (keys params, tokens, optional flops, loss_interval, actual) is starred on
-    its own dashed fitted curve, with its interval as an error bar and the actual loss as a cross.
-    """
-    figure = Figure(figsize=(7, 5), dpi=100)
-    FigureCanvasAgg(figure)
-    ax = figure.add_subplot()
-    all_tokens = [float(r["tokens"]) for r in runs] + [float(p["tokens"]) for p in predictions]
-    token_grid = np.geomspace(min(all_tokens) / 2, max(all_tokens) * 2, 64)
-
-    for i, size in enumerate(sorted({float(r["params"]) for r in runs})):
-        group = [r for r in runs if float(r["params"]) == size]
-        per_token = np.mean(
-            [float(r.get("flops", 6 * size * float(r["tokens"]))) / float(r["tokens"]) for r in group]
-        )
-        label = group[0].get("size", f"N={size:.3g}")
-        color = f"C{i % 10}"
-        ax.plot(token_grid * per_token, [law.predict(size, t) for t in token_grid], color=color, alpha=0.6)
-        ax.scatter(
-            [per_token * float(r["tokens"]) for r in group],
-            [float(r["loss"]) for r in group],
-            color=color,
-            label=f"{label} ({size / 1e6:.3g}M params)",
-            zorder=3,
-        )
-    for p in predictions:
-        params, tokens = float(p["params"]), float(p["tokens"])
-        per_token = float(p.get("flops", 6 * params * tokens)) / tokens
-        loss, x = law.predict(params, tokens), per_token * tokens
-        ax.plot(token_grid * per_token, [law.predict(params, t) for t in token_grid], "k--", alpha=0.4)
-        if "loss_interval" in p:
-            low, high = p["loss_interval"]
-            ax.errorbar([x], [loss], yerr=[[loss - low], [high - loss]], color="k", capsize=4, zorder=4)
-        ax.scatter([x], [loss], marker="*", s=200, color="k", zorder=5)
-        text = f"predicted {loss:.3f}\n{params / 1e6:.3g}M params"
-        if p.get("actual") is not None:
-            ax.scatter([x], [p["actual"]], marker="X", s=80, color="C3", zorder=6, label="actual")
-            text += f"\nactual {p['actual']:.3f} ({100 * (loss / p['actual'] - 1):+.1f}%)"
-        ax.annotate(text, (x, loss), xytext=(8, 8), textcoords="offset points", fontsize=8)
-
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    for set_formatter in (ax.yaxis.set_major_formatter, ax.yaxis.set_minor_formatter):
-        set_formatter(FormatStrFormatter("%.2f"))  # losses span less than a decade: label the minor ticks
-    ax.set_xlabel("training compute (FLOPs)")
-    ax.set_ylabel("loss")
-    ax.set_title(title or f"{law.formula}  ({len(runs)} runs)", fontsize=10)
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
-    figure.tight_layout()
-    figure.savefig(path)

@@ -1,14 +1,11 @@
-"""The scaling law fitted over a ladder, the preregistered prediction for a target run, and the speedrun.
+"""The preregistered forecast of an IsoFLOP ladder, the forecast against its target, and the speedrun.
 
-``scaling_prediction`` reads only the ladder and the training data (the vocabulary sizes the target's
-FLOPs per token; the tokens give a unigram baseline and the target's epochs, which say whether the
-ladder can support the extrapolation): it is recorded before the target run starts and can never see
-it. The target's checkpoint step runs after it (an ``after`` edge in the graph); ``scaling_law`` draws
-both and checks the target's actual loss against the record.
-
-An IsoFLOP ladder (``isoflop_checkpoint``, planned by a scaling recipe) goes the same way through
-``isoflop_forecast`` (each budget's optimum, the frontier L*(C), the target's loss and downstream scores,
-the rung table and the plots, stamped with the time) and ``isoflop_law`` (the forecast against the actual).
+``isoflop_forecast`` reads only the ladder (``isoflop_checkpoint`` rungs, planned by a scaling recipe, and
+their evaluations) and the caches they trained on: each budget's optimum, the frontier L*(C), the target's
+loss and downstream scores, the rung table, the plots and whether the ladder can support the extrapolation,
+stamped with the time. It is recorded before the target run starts and never sees it: the target's
+checkpoint step runs after it (an ``after`` edge in the graph). ``isoflop_law`` draws both and checks the
+target's actual loss against the record.
 """
 
 from __future__ import annotations
@@ -28,7 +25,6 @@ from marin_pipelines.scaling.downstream import (
     downstream_forecast,
     plot_downstream,
 )
-from marin_pipelines.scaling.fit import fit, law_from_dict
 from marin_pipelines.scaling.frontier import Forecast, forecast
 from marin_pipelines.scaling.isoflop_report import (
     plot_frontier,
@@ -37,7 +33,7 @@ from marin_pipelines.scaling.isoflop_report import (
     write_rung_table,
 )
 from marin_pipelines.scaling.ladder_diagnostics import MAX_TARGET_EPOCHS, mixture_diagnostics
-from marin_pipelines.scaling.scaling_law import budget_key, plot_scaling_law
+from marin_pipelines.scaling.scaling_law import budget_key
 from marin_pipelines.scaling.speedrun import (
     Submission,
     discover_submissions,
@@ -52,161 +48,8 @@ from marin_pipelines.tokenize.data_mixture import MixtureConfig
 from marin_pipelines.tokenize.tokenized_cache import TokenCache
 from marin_pipelines.tokenize.tokenizer import TOKENIZER_FILE
 
-PREDICTION = "prediction.json"
-PLOT = "scaling_law.png"
 LEADERBOARD = "leaderboard.md"
 LEADERBOARD_PLOT = "leaderboard.png"
-TOLERANCE = 0.02  # the preregistered prediction passes when within 2% of the actual loss
-
-
-class PredictionConfig(BaseModel):
-    """The run predicted (the very config its checkpoint step trains with) and the fit's bootstrap."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    target: TrainRunConfig
-    bootstrap: int = Field(100, ge=0, description="bootstrap resamples for the fit's intervals")
-    seed: int = 0
-
-    @field_validator("target")
-    @classmethod
-    def _has_budget(cls, target: TrainRunConfig) -> TrainRunConfig:
-        if target.target is None:
-            raise ValueError("the predicted run must be a ladder target (target_budget set)")
-        return target
-
-
-class LawConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-def _run(key: str, evals: Artifact) -> dict[str, Any]:
-    budget, size = key.split("|")  # the ladder's partition key: budget|size
-    m = evals.metadata
-    return {
-        "run": key,
-        "size": size,
-        "budget": float(budget),
-        "params": m["params"],
-        "tokens": m["train_tokens"],
-        "flops": m["flops"],
-        "loss": m["loss"],
-    }
-
-
-def prediction_error(prediction: dict[str, Any], actual: float) -> dict[str, Any]:
-    """Actual vs preregistered: the relative error of the prediction and whether its interval held."""
-    low, high = prediction["loss_interval"]
-    return {
-        "predicted_loss": prediction["loss"],
-        "actual_loss": actual,
-        "relative_error": prediction["loss"] / actual - 1,
-        "within_interval": low <= actual <= high,
-    }
-
-
-def fit_metadata(fitted: dict[str, Any]) -> dict[str, Any]:
-    """What the prediction and the law both show of a fit: its parameters, method, formula and size."""
-    keys = ("method", "formula", "n_runs")
-    return {**fitted["law"], **{key: fitted[key] for key in keys}}
-
-
-def ladder_informative(artifact: Artifact) -> tuple[bool, dict[str, Any]]:
-    """Every rung beats a unigram model and the target repeats its data at most a few times (see
-    MAX_TARGET_EPOCHS): otherwise the extrapolation has little to stand on. A weak ladder is a finding
-    about the experiment, not a bug: this check warns."""
-    meta = artifact.metadata
-    return not meta["warnings"], {
-        "unigram_loss": meta["unigram_loss"],
-        "rungs_not_beating_unigram": len(meta["rungs_not_beating_unigram"]),
-        "target_epochs": meta["target_epochs"],
-        "max_target_epochs": MAX_TARGET_EPOCHS,
-        "warnings": "\n".join(meta["warnings"]) or "none",
-    }
-
-
-@stage(
-    PredictionConfig,
-    revision=2,
-    group="scaling",
-    kinds=("scipy",),
-    checks={"ladder_informative": Check(ladder_informative, blocking=False)},
-)
-def scaling_prediction(
-    ctx: StepContext,
-    out: PendingArtifact,
-    config: PredictionConfig,
-    ladder_eval_results: dict[str, Artifact],
-    tokenized_cache: Artifact,
-) -> None:
-    """L(N, D) fitted over the ladder, and the target run's loss predicted before it is trained."""
-    runs = [_run(key, evals) for key, evals in sorted(ladder_eval_results.items())]
-    law_fit = fit(runs, bootstrap=config.bootstrap, seed=config.seed)
-    vocab_size = tokenized_cache.metadata["vocab_size"]
-    model, train = config.target.resolve(vocab_size)
-    tokens = train.steps * train.batch_size * model.seq_len
-    target = {
-        "size": config.target.model.size,
-        "budget": config.target.target["target_budget"],  # type: ignore[index]
-        "steps": train.steps,
-        **law_fit.predict(
-            model.num_params(include_embeddings=False), tokens, model.flops_per_token() * tokens
-        ),
-    }
-    extrapolation = target["flops"] / max(r["budget"] for r in runs)
-    sources = training_sources(ctx, config.target, tokenized_cache, {})
-    diagnostics = mixture_diagnostics(runs, sources, target["tokens"], vocab_size)
-    plot_scaling_law(runs, law_fit.law, out.path / PLOT, predictions=[target])
-    fitted = law_fit.as_dict()
-    (out.path / PREDICTION).write_text(
-        json.dumps({"fit": fitted, "runs": runs, "target": target, "diagnostics": diagnostics}, indent=2)
-    )
-    out.metadata.update(fit_metadata(fitted))
-    out.metadata.update(
-        method_reason=fitted["reason"],
-        intervals=fitted["intervals"],
-        isoflops=fitted["isoflops"],
-        runs=runs,
-        target=target,
-        predicted_loss=target["loss"],
-        extrapolation=extrapolation,
-        **diagnostics,
-        plots={"scaling_law": PLOT},
-    )
-
-
-def preregistered_prediction(artifact: Artifact) -> tuple[bool, dict[str, Any]]:
-    """The target run's loss is within 2% of the loss preregistered for it. A missed prediction is a
-    scientific result, not a broken pipeline: this check warns."""
-    error = artifact.metadata["main_run"]
-    keys = ("predicted_loss", "actual_loss", "relative_error", "within_interval")
-    return abs(error["relative_error"]) <= TOLERANCE, {key: error[key] for key in keys}
-
-
-@stage(
-    LawConfig,
-    revision=3,
-    group="scaling",
-    kinds=("scipy",),
-    checks={"preregistered_prediction": Check(preregistered_prediction, blocking=False)},
-)
-def scaling_law(
-    ctx: StepContext,
-    out: PendingArtifact,
-    config: LawConfig,
-    scaling_prediction: Artifact,
-    eval_results: Artifact,
-) -> None:
-    """The ladder's fit with the target run's preregistered prediction and its actual loss."""
-    record = json.loads(scaling_prediction.file(PREDICTION).read_text())
-    target, fitted = record["target"], record["fit"]
-    actual = eval_results.metadata["loss"]
-    law = law_from_dict(fitted["method"], fitted["law"])
-    plot_scaling_law(record["runs"], law, out.path / PLOT, predictions=[{**target, "actual": actual}])
-    main_run = {**target, **prediction_error(target, actual)}
-    (out.path / "scaling_law.json").write_text(json.dumps({**record, "main_run": main_run}, indent=2))
-    out.metadata.update(fit_metadata(fitted))
-    out.metadata.update(runs=record["runs"], main_run=main_run, plots={"scaling_law": PLOT})
 
 
 class SpeedrunConfig(BaseModel):
@@ -303,6 +146,24 @@ class IsoflopForecastConfig(BaseModel):
                 "the forecast run must be an IsoFLOP ladder's target (a recipe and target_budget)"
             )
         return target
+
+
+class LawConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def ladder_informative(artifact: Artifact) -> tuple[bool, dict[str, Any]]:
+    """Every rung beats a unigram model and the target repeats its data at most a few times (see
+    MAX_TARGET_EPOCHS): otherwise the extrapolation has little to stand on. A weak ladder is a finding
+    about the experiment, not a bug: this check warns."""
+    meta = artifact.metadata
+    return not meta["warnings"], {
+        "unigram_loss": meta["unigram_loss"],
+        "rungs_not_beating_unigram": len(meta["rungs_not_beating_unigram"]),
+        "target_epochs": meta["target_epochs"],
+        "max_target_epochs": MAX_TARGET_EPOCHS,
+        "warnings": "\n".join(meta["warnings"]) or "none",
+    }
 
 
 def isoflop_run(key: str, evals: Artifact) -> dict[str, Any]:

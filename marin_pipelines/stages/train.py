@@ -15,7 +15,6 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from marin_pipelines.scaling.isoflop_ladder import IsoflopLadderConfig, target_run
-from marin_pipelines.scaling.scaling_law import LadderConfig, budget_key
 from marin_pipelines.steps import Check, InputError, Launcher, StepContext, stage
 from marin_pipelines.store import Artifact, PendingArtifact, read_url
 from marin_pipelines.tokenize.data_mixture import MixtureConfig
@@ -42,13 +41,12 @@ class ModelChoice(BaseModel):
 
 
 class TrainRunConfig(BaseModel):
-    """What a checkpoint versions: model, training and mixture, or a ladder's rule for a target budget.
+    """What a checkpoint versions: model, training and mixture, or a recipe's run for a target budget.
 
-    With ``target`` (``LadderConfig.target()``: the ladder's training rule and the budget, not its rungs)
-    the run trains ``model.size`` for ``target_budget`` FLOPs by that rule; seed, betas, decay and the rest
-    come from ``train``. Adding a rung to the ladder changes its prediction, never this run. With an
-    IsoFLOP ladder's target (``IsoflopLadderConfig.target()``, which names a recipe) the recipe decides the
-    shape as well, and ``model`` is not used.
+    With ``target`` (``IsoflopLadderConfig.target()``: the ladder's recipe and the budget, not its rungs)
+    the recipe decides the shape and the training for ``target_budget`` FLOPs, and ``model`` is not used;
+    seed, logging and the rest come from ``train``. Adding a rung to the ladder changes its forecast, never
+    this run.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -59,6 +57,16 @@ class TrainRunConfig(BaseModel):
         MixtureConfig(), description="token caches and their weights in every training batch, by stage"
     )
     target: dict[str, Any] | None = None
+
+    @field_validator("target")
+    @classmethod
+    def _a_ladders_target(cls, target: dict[str, Any] | None) -> dict[str, Any] | None:
+        if target is not None and (missing := IsoflopLadderConfig.TARGET_FIELDS - set(target)):
+            raise ValueError(
+                f"target must be an IsoFLOP ladder's target() {sorted(IsoflopLadderConfig.TARGET_FIELDS)}"
+                f"; it has no {sorted(missing)}"
+            )
+        return target
 
     @model_validator(mode="after")
     def _every_source_in_every_batch(self) -> TrainRunConfig:
@@ -71,24 +79,9 @@ class TrainRunConfig(BaseModel):
         size, seq_len = self.model.size, self.model.seq_len
         if self.target is None:
             return preset(size, vocab_size, seq_len), self.train
-        if "recipe" in self.target:
-            run = target_run(self.target, self.train)
-            check_vocabulary(vocab_size, run.model)
-            return run.model, run.train
-        rule = LadderConfig(**self.target)
-        run = rule.run(size, self.target["target_budget"], vocab_size, seq_len, self.train)
+        run = target_run(self.target, self.train)
+        check_vocabulary(vocab_size, run.model)
         return run.model, run.train
-
-
-class LadderRunsConfig(BaseModel):
-    """A scaling ladder's rungs: sizes x budgets, each trained by the ladder's rule on one mixture."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    ladder: LadderConfig = LadderConfig()
-    seq_len: int = Field(128, ge=8)
-    train: TrainConfig = Field(TrainConfig(), description="what the rule leaves: seed, betas, decay...")
-    data_mixture: MixtureConfig = MixtureConfig()
 
 
 class IsoflopRunsConfig(BaseModel):
@@ -223,34 +216,6 @@ def checkpoint(
     mixture = mixture_of_inputs(ctx, config.data_mixture, caches)
     check_trainable(tokenized_cache, mixture, model, train)
     run_training(out, tokenized_cache, ctx.launcher, mixture, model, train)
-
-
-def ladder_partition_keys(config: LadderRunsConfig, strict: bool = False) -> list[str]:
-    """One partition per rung, ``budget|size`` (budget keys keep 3 significant figures)."""
-    return [f"{budget_key(b)}|{size}" for b in config.ladder.budgets for size in config.ladder.sizes]
-
-
-@stage(
-    LadderRunsConfig,
-    revision=2,
-    group="scaling",
-    kinds=("jax",),
-    partitioning="ladder",
-    checks=LOSS_CHECK,
-    needs=("launcher",),
-    partition_keys=ladder_partition_keys,
-)
-def ladder_checkpoint(
-    ctx: StepContext, out: PendingArtifact, config: LadderRunsConfig, tokenized_cache: Artifact
-) -> None:
-    """One run of the scaling ladder: model size x compute budget, tokens = budget / FLOPs per token."""
-    budget_name, size = str(out.partition).split("|")
-    budget = {budget_key(b): b for b in config.ladder.budgets}[budget_name]
-    vocab_size = tokenized_cache.metadata["vocab_size"]
-    run = config.ladder.run(size, budget, vocab_size, config.seq_len, config.train)
-    check_trainable(tokenized_cache, config.data_mixture, run.model, run.train)
-    run_training(out, tokenized_cache, ctx.launcher, config.data_mixture, run.model, run.train)
-    out.metadata["budget_flops"] = budget
 
 
 def isoflop_partition_keys(config: IsoflopRunsConfig, strict: bool = False) -> list[str]:

@@ -35,6 +35,7 @@ from dagster._core.workspace.context import WorkspaceProcessContext
 from dagster._core.workspace.load_target import WorkspaceFileTarget
 from dagster_graphql.test.utils import execute_dagster_graphql
 from sqlalchemy.engine import make_url
+from tiny_ladder import TINY_LADDER
 
 from marin_pipelines.defs.local_run import materialize_experiment
 from marin_pipelines.defs.step_assets import slug
@@ -47,14 +48,15 @@ VALUES = Path(__file__).parents[2] / "deploy" / "helm" / "values.yaml"
 BIN = Path(sys.executable).parent
 LOCATION = "marin_pipelines"
 POOL_LIMIT = 3
-TIMEOUT_SECONDS = 600  # the runs take 1.5 to 2.5 minutes on 2 busy cores
-# a nano model per rung, 5, 8 and 11 steps of 8 x 32 tokens: seconds of training each
-EXPERIMENT = """
+TIMEOUT_SECONDS = 600  # the 9 runs took 6 minutes on 2 cores kept busy by a benchmark beside them
+# the tests' tiny IsoFLOP ladder: 9 rungs of seconds each
+EXPERIMENT = (
+    """
 from marin_pipelines.experiment import Experiment
 from marin_pipelines.experiments.defaults import (
     crawl_and_text,
+    isoflop_ladder,
     quality_and_curation,
-    scaling_ladder,
     tokenizer_and_cache,
 )
 
@@ -63,16 +65,13 @@ text = crawl_and_text(
 )
 quality = quality_and_curation("pgladder", text.deduplicated_text, quality={"bucket": 10_000, "epoch": 5})
 tokens = tokenizer_and_cache("pgladder", quality.curated_text, tokenizer={"vocab_size": 512})
-ladder = scaling_ladder(
-    "pgladder",
-    tokens,
-    ladder={"sizes": ["nano"], "budgets": [2e9, 3e9, 4e9], "batch_size": 8},
-    seq_len=32,
-    train={"log_every": 5},
-    batch_size=8,
-)
+"""
+    + f"LADDER = {TINY_LADDER!r}\n"
+    + """
+ladder = isoflop_ladder("pgladder", tokens, ladder=LADDER, train={"log_every": 50}, batch_size=8)
 pgladder = Experiment("pgladder", steps=[ladder.evaluations])
 """
+)
 LAUNCH_BACKFILL = """
 mutation ($backfillParams: LaunchBackfillParams!) {
   launchPartitionBackfill(backfillParams: $backfillParams) {

@@ -10,7 +10,6 @@ from marin_pipelines.scaling.scaling_law import (
     budget_key,
     fit_scaling_law,
     ladder_steps,
-    plot_scaling_law,
 )
 from marin_pipelines.train.model import preset
 from marin_pipelines.train.train_config import TrainConfig
@@ -130,25 +129,3 @@ def test_as_dict_round_trips_through_json():
 def test_degenerate_ladders_are_refused(runs, message):
     with pytest.raises(ValueError, match=message):
         fit_scaling_law(runs)
-
-
-def test_plot_writes_a_png(tmp_path):
-    runs = [{**r, "size": f"s{i // 2}"} for i, r in enumerate(synthetic_runs([1e5, 1e6], [1e6, 1e7], 0.01))]
-    law = fit_scaling_law(runs)
-    predictions = [
-        {"params": 1e7, "tokens": 1e8},
-        {"params": 3e6, "tokens": 1e8, "flops": 3e15, "loss_interval": [1.0, 2.0], "actual": 1.5},
-    ]
-    plot_scaling_law(runs, law, tmp_path / "law.png", predictions=predictions)
-    without_flops = [{k: v for k, v in r.items() if k != "flops"} for r in runs]
-    plot_scaling_law(without_flops, law, tmp_path / "plain.png")
-    for name in ("law.png", "plain.png"):
-        assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-
-
-def test_target_versions_the_rule_and_budget_not_the_rungs():
-    ladder = LadderConfig(target_budget=4e12)
-    assert ladder.target() == {**ladder.model_dump(include=set(LadderConfig.TARGET_FIELDS))}
-    assert ladder.model_copy(update={"budgets": [1e11]}).target() == ladder.target()
-    assert ladder.model_copy(update={"batch_size": 4}).target() != ladder.target()
-    assert LadderConfig().target() is None
