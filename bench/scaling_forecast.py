@@ -41,6 +41,7 @@ from marin_pipelines.scaling.forecast_ladder import (
     CACHE_DIR,
     EVAL_BATCH_SIZE,
     FORECAST_FILE,
+    RUNG_FILE,
     TARGET_DIR,
     Rung,
     find_text,
@@ -50,11 +51,12 @@ from marin_pipelines.scaling.forecast_ladder import (
     train_rung,
 )
 from marin_pipelines.scaling.frontier import forecast
-from marin_pipelines.scaling.recipe import ConstantRecipe
+from marin_pipelines.scaling.recipe import ConstantRecipe, recipe
 from marin_pipelines.scaling.scaling_law import budget_key
 from marin_pipelines.tokenize.tokenized_cache import CacheConfig, TokenCache, build_cache
 from marin_pipelines.tokenize.tokenizer import load_tokenizer, token_byte_lengths
 from marin_pipelines.train.model import preset
+from marin_pipelines.train.train_config import TrainConfig
 
 OLD_SIZES = ("nano", "micro", "tiny")
 OLD_TARGET = "micro"
@@ -97,6 +99,29 @@ def constant_forecast(
         "actual": actual,
         "error": (predicted["loss"] - actual) / actual,
         "runs": len(records),
+    }
+
+
+def target_seeds(out: Path, cache: TokenCache, seeds: int, seq_len: int) -> dict[str, Any]:
+    """The preregistered target trained again at seeds 1..seeds-1 (``target-s{seed}``, each reused once
+    finished), so the forecast's error can be read against the target's seed noise as well."""
+    forecast_record = json.loads((out / FORECAST_FILE).read_text())
+    config = dict(forecast_record["recipe_config"])
+    chosen = recipe(config.pop("name"), **config)
+    budget = forecast_record["target"]["budget"]
+    losses = [json.loads((out / TARGET_DIR / RUNG_FILE).read_text())["loss"]]  # seed 0: the target itself
+    for seed in range(1, seeds):
+        run = chosen.run(budget, cache.info["vocab_size"], seq_len, base=TrainConfig(seed=seed))
+        rung = Rung(run, seed, out / f"{TARGET_DIR}-s{seed}")
+        losses.append((finished(rung) or train_rung(rung, cache))["loss"])
+        print(f"delphi: target {rung.label}: loss {losses[-1]:.4f}", flush=True)
+    mean = float(np.mean(losses))
+    predicted = forecast_record["prediction"]["loss"]
+    return {
+        "losses": losses,
+        "mean": mean,
+        "std": float(np.std(losses, ddof=1)) if len(losses) > 1 else None,
+        "error_against_mean": (predicted - mean) / mean,
     }
 
 
@@ -165,12 +190,13 @@ def downstream(out: Path) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=Path(".marin/bench/scaling_forecast"))
-    parser.add_argument("--budgets", default="1e11,2e11,4e11,8e11")
-    parser.add_argument("--target", type=float, default=1e13)
+    parser.add_argument("--budgets", default="2e11,4e11,8e11,1.6e12")
+    parser.add_argument("--target", type=float, default=1.6e13)
     parser.add_argument("--vocab-size", type=int, default=512)
     parser.add_argument("--seq-len", type=int, default=128)
     parser.add_argument("--seeds", type=int, default=1)
     parser.add_argument("--points-per-budget", type=int, default=5)
+    parser.add_argument("--target-seeds", type=int, default=1, help="train the target at this many seeds")
     args = parser.parse_args()
     budgets = [float(b) for b in args.budgets.split(",")]
     text = corpus(args.out)
@@ -192,6 +218,7 @@ def main() -> None:
         cache, budgets, args.target, cache.info["vocab_size"], args.seq_len, args.out / "constant"
     )
     held_out = downstream(args.out / "delphi")
+    seeded = target_seeds(args.out / "delphi", cache, args.target_seeds, args.seq_len)
     summary = {
         "extrapolation": args.target / max(budgets),
         "delphi": {
@@ -200,6 +227,7 @@ def main() -> None:
         "constant": constant,
         "error_ratio": abs(delphi["error"]) / abs(constant["error"]),
         "downstream": held_out,
+        "target_seeds": seeded,
     }
     errors = f"delphi {100 * delphi['error']:+.2f}%, constant {100 * constant['error']:+.2f}%"
     print(
@@ -207,6 +235,11 @@ def main() -> None:
         f"|delphi| / |constant| = {summary['error_ratio']:.3f}; {HELD_OUT} forecast error "
         f"{100 * held_out['error']:+.2f}%"
     )
+    if seeded["std"] is not None:
+        print(
+            f"target over {len(seeded['losses'])} seeds: {seeded['mean']:.4f} (std {seeded['std']:.4f}); "
+            f"delphi's error against their mean {100 * seeded['error_against_mean']:+.2f}%"
+        )
     print(json.dumps(summary))
 
 
