@@ -11,6 +11,7 @@ import polars as pl
 import pytest
 from dagster import DagsterInstance
 from event_order import recorded_before_started
+from pydantic import ValidationError
 from tiny_ladder import TINY_LADDER
 
 from marin_pipelines.defs.local_run import materialize_experiment
@@ -54,6 +55,10 @@ def test_the_target_is_the_recipes_run_and_its_vocabulary_holds_the_tokenizers()
     assert train.steps * train.batch_size * 64 == target_run(ladder.target()).tokens
     with pytest.raises(InputError, match="more than the ladder's vocab_size 512"):
         run.resolve(600)
+    # a target is an IsoFLOP ladder's: the older named-size rule's target is gone, and says what it lacks
+    lacks = r"target\(\) .*it has no \['recipe', 'seq_len', 'vocab_size'\]"
+    with pytest.raises(ValidationError, match=lacks):
+        TrainRunConfig(target={"target_budget": 1e12, "batch_size": 16})
     # adding a budget or a seed changes the forecast, not the run forecast
     wider = IsoflopLadderConfig(**{**LADDER, "budgets": [*LADDER["budgets"], 8e10], "seeds": 3})
     assert wider.target() == ladder.target()
