@@ -198,6 +198,8 @@ def main() -> None:
     parser.add_argument("--points-per-budget", type=int, default=5)
     parser.add_argument("--target-seeds", type=int, default=1, help="train the target at this many seeds")
     args = parser.parse_args()
+    if args.target_seeds < 1:
+        parser.error(f"--target-seeds must be >= 1 (seed 0 is the target itself), got {args.target_seeds}")
     budgets = [float(b) for b in args.budgets.split(",")]
     text = corpus(args.out)
     delphi = run_forecast(

@@ -132,7 +132,7 @@ def training_sources(checkpoint: Artifact, tokenized_cache: Artifact) -> dict[st
     if "data_sources" in checkpoint.metadata:
         return checkpoint.metadata["data_sources"]
     mixture = MixtureConfig.model_validate(checkpoint.manifest["config"].get("data_mixture", {}))
-    return {name: source.cache or tokenized_cache.url for name, source in mixture.sources.items()}
+    return mixture.cache_urls(tokenized_cache.url)
 
 
 # the same evaluation for every rung of a ladder, partitioned as its checkpoints

@@ -141,7 +141,7 @@ class IsoflopForecastConfig(BaseModel):
     @field_validator("target")
     @classmethod
     def _recipe_target(cls, target: TrainRunConfig) -> TrainRunConfig:
-        if target.target is None or "recipe" not in target.target:
+        if target.target is None:  # TrainRunConfig checks that a target is an IsoFLOP ladder's
             raise ValueError(
                 "the forecast run must be an IsoFLOP ladder's target (a recipe and target_budget)"
             )
@@ -181,17 +181,6 @@ def isoflop_run(key: str, evals: Artifact) -> dict[str, Any]:
         "loss": m["loss"],
         "bits_per_byte": m["bits_per_byte"],
         **m.get("scores", {}),
-    }
-
-
-def training_sources(
-    ctx: StepContext, config: TrainRunConfig, tokenized_cache: Artifact, caches: dict[str, Artifact]
-) -> dict[str, tuple[float, TokenCache]]:
-    """The run's mixture as (first weight, cache) by source; a source that names no cache reads the step's."""
-    mixture = mixture_of_inputs(ctx, config.data_mixture, caches)
-    return {
-        name: (source.weight, TokenCache(source.cache or tokenized_cache.url))
-        for name, source in mixture.sources.items()
     }
 
 
@@ -236,7 +225,9 @@ def isoflop_forecast(
         "shape": f"d{model.d_model}l{model.n_layers}",
     }
     named = [{"run": key, "loss": r["loss"]} for key, r in zip(keys, runs, strict=True)]
-    sources = training_sources(ctx, config.target, tokenized_cache, caches)
+    mixture = mixture_of_inputs(ctx, config.target.data_mixture, caches)
+    urls = mixture.cache_urls(tokenized_cache.url)
+    sources = {name: (source.weight, TokenCache(urls[name])) for name, source in mixture.sources.items()}
     diagnostics = mixture_diagnostics(named, sources, tokens, vocab_size)
     record = {
         "preregistered_at": datetime.now(UTC).isoformat(timespec="microseconds"),

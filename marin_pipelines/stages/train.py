@@ -189,7 +189,7 @@ def run_training(
     ``resumed_from_step``), where each source's tokens came from and the loss curve become its metadata."""
     out.metadata.update(launch_training(out.work, cache, launcher, mixture, model, config))
     out.keep_work()
-    out.metadata["data_sources"] = {name: s.cache or cache.url for name, s in mixture.sources.items()}
+    out.metadata["data_sources"] = mixture.cache_urls(cache.url)
     out.metadata["plots"] = {"loss_curve": LOSS_CURVE_FILE}
 
 

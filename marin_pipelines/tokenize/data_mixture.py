@@ -92,6 +92,10 @@ class MixtureConfig(BaseModel):
             sources[name] = source
         return self.model_copy(update={"sources": sources})
 
+    def cache_urls(self, default: str) -> dict[str, str]:
+        """Each source's cache URL, by name; a source that names no cache reads ``default`` (the step's)."""
+        return {name: source.cache or default for name, source in self.sources.items()}
+
     def schedule(self) -> list[tuple[int, dict[str, float]]]:
         """(first step, weight of every source) for each stage, the first from step 0."""
         first = (0, {name: source.weight for name, source in self.sources.items()})
@@ -187,7 +191,7 @@ class MixtureLoader:
         cls, config: MixtureConfig, default_cache: str, seq_len: int, batch_size: int, seed: int
     ) -> MixtureLoader:
         """Open each source (``default_cache`` where a source names none); all share one tokenizer."""
-        caches = {name: TokenCache(src.cache or default_cache) for name, src in config.sources.items()}
+        caches = {name: TokenCache(url) for name, url in config.cache_urls(default_cache).items()}
         _check_one_tokenizer({**caches, "(the experiment's tokenized_cache)": TokenCache(default_cache)})
         return cls(caches, config.schedule(), seq_len, batch_size, seed)
 

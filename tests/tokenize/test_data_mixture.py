@@ -148,3 +148,10 @@ def test_epochs_count_each_sources_reads_through_the_stages() -> None:
     # batch 4: a has 4 rows for 10 steps, then 2 for 10; b none, then 2. Windows: a 80 // 8, b 40 // 8
     epochs = mixture.epochs(batch_size=4, steps=20, seq_len=8, train_tokens={"a": 81, "b": 41})
     assert epochs == {"a": 60 / 10, "b": 20 / 5}
+
+
+def test_cache_urls_fill_a_source_without_a_cache_with_the_steps_own() -> None:
+    mixture = MixtureConfig(sources={"web": {"weight": 3}, "code": {"weight": 1, "cache": "gs://b/code"}})
+    assert mixture.cache_urls("/store/web") == {"web": "/store/web", "code": "gs://b/code"}
+    as_input = MixtureConfig(sources={"web": {"weight": 1}, "code": {"weight": 1, "input": "cache_code"}})
+    assert as_input.with_inputs({"cache_code": "/store/code"}).cache_urls("/w")["code"] == "/store/code"
