@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from marin_pipelines.crawl.package_text import PackageTextConfig, build_package_corpus
+from marin_pipelines.experiments.scaling_forecast import LADDER, VALIDATION_FRACTION
 from marin_pipelines.scaling.downstream import downstream_forecast
 from marin_pipelines.scaling.fit import fit
 from marin_pipelines.scaling.forecast_ladder import (
@@ -190,12 +191,14 @@ def downstream(out: Path) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=Path(".marin/bench/scaling_forecast"))
-    parser.add_argument("--budgets", default="2e11,4e11,8e11,1.6e12")
-    parser.add_argument("--target", type=float, default=1.6e13)
-    parser.add_argument("--vocab-size", type=int, default=512)
-    parser.add_argument("--seq-len", type=int, default=128)
-    parser.add_argument("--seeds", type=int, default=1)
-    parser.add_argument("--points-per-budget", type=int, default=5)
+    # the defaults are the scaling_forecast experiment's
+    parser.add_argument("--budgets", default=",".join(f"{b:g}" for b in LADDER["budgets"]))
+    parser.add_argument("--target", type=float, default=LADDER["target_budget"])
+    parser.add_argument("--vocab-size", type=int, default=LADDER["vocab_size"])
+    parser.add_argument("--seq-len", type=int, default=LADDER["seq_len"])
+    parser.add_argument("--seeds", type=int, default=LADDER["seeds"])
+    parser.add_argument("--points-per-budget", type=int, default=LADDER["points_per_budget"])
+    parser.add_argument("--validation-fraction", type=float, default=VALIDATION_FRACTION)
     parser.add_argument("--target-seeds", type=int, default=1, help="train the target at this many seeds")
     args = parser.parse_args()
     if args.target_seeds < 1:
@@ -212,7 +215,8 @@ def main() -> None:
         vocab_size=args.vocab_size,
         seq_len=args.seq_len,
         points_per_budget=args.points_per_budget,
-        recipe_overrides={"head_dim": 8},
+        validation_fraction=args.validation_fraction,
+        recipe_overrides={k: v for k, v in LADDER["recipe"].items() if k != "name"},
         progress=lambda line: print(f"delphi: {line}", flush=True),
     )
     cache = TokenCache(args.out / "delphi" / CACHE_DIR)

@@ -67,6 +67,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--vocab-size", type=int, default=2048, help="the BPE trained on the text")
     parser.add_argument("--seq-len", type=int, default=128, help="tokens per training sequence")
     parser.add_argument(
+        "--validation-fraction",
+        type=float,
+        default=0.05,
+        help="share of the documents held out: every run's loss is measured on them",
+    )
+    parser.add_argument(
         "--max-epochs",
         type=float,
         default=1.0,
@@ -93,6 +99,7 @@ def run_forecast_command(args: argparse.Namespace) -> int:
         seq_len=args.seq_len,
         max_epochs=args.max_epochs,
         points_per_budget=args.points_per_budget,
+        validation_fraction=args.validation_fraction,
         recipe_overrides=dict(args.recipe_option),
         progress=say,
     )

@@ -14,7 +14,7 @@ extrapolates nothing).
 
 Layout of ``out_dir``::
 
-    text.json                   what the cache was built from (files, sizes, vocabulary)
+    text.json                   what the cache was built from (files, sizes, vocabulary, split)
     cache/                      the token cache (tokenizer.json inside); reused while it matches
     arguments.json              the arguments, written as the first rung starts; a rerun must match
     rungs/<budget>/<shape>-s<seed>/   one training directory per rung, ``rung.json`` written last
@@ -62,6 +62,7 @@ Say = Callable[[str], None]
 ChosenRecipe = DelphiRecipe | ConstantRecipe
 
 BOOTSTRAP = 200  # resamples for the forecast's interval
+VALIDATION_FRACTION = CacheConfig.model_fields["validation_fraction"].default  # documents held out
 EVAL_BATCH_SIZE = 16  # eval_results' default; the loss does not depend on it
 DOCUMENT_SUFFIXES = (".jsonl", ".parquet")  # files that hold many documents; any other file is one
 SKIPPED_NAMES = ("__pycache__",)  # bytecode caches beside source files: never text
@@ -150,29 +151,36 @@ def stage_plain_files(files: Sequence[Path], out_file: Path) -> int:
 
 
 def build_text_cache(
-    texts: Sequence[str | os.PathLike[str]], out_dir: Path, vocab_size: int, reuse: bool, say: Say
+    texts: Sequence[str | os.PathLike[str]],
+    out_dir: Path,
+    vocab_size: int,
+    reuse: bool,
+    say: Say,
+    validation_fraction: float = VALIDATION_FRACTION,
 ) -> TokenCache:
-    """The token cache of ``texts`` in ``out_dir/cache``, with a BPE of ``vocab_size`` trained on them.
+    """The token cache of ``texts`` in ``out_dir/cache``, with a BPE of ``vocab_size`` trained on them and
+    ``validation_fraction`` of the documents held out.
 
-    Reused when it was built from the same files and vocabulary, or whenever ``reuse`` (training has
-    begun: from then on the cache is the ladder's data, whatever happens to the files)."""
+    Reused when it was built from the same files, vocabulary and split, or whenever ``reuse`` (training
+    has begun: from then on the cache is the ladder's data, whatever happens to the files)."""
     cache_dir, record_file = out_dir / CACHE_DIR, out_dir / TEXT_FILE
     if reuse and (cache_dir / "cache.json").is_file():
         return _opened(cache_dir, say, "reused")
     text = find_text(texts)
     record = {"texts": [str(Path(t).expanduser().resolve()) for t in texts], "vocab_size": vocab_size}
+    record["validation_fraction"] = validation_fraction
     record["files"] = text.fingerprint()
     if (cache_dir / "cache.json").is_file() and _read_json(record_file) == record:
         return _opened(cache_dir, say, "reused")
     say(f"text: {len(text.plain)} files, {len(text.collections)} document collections")
     started = time.perf_counter()
     shutil.rmtree(cache_dir, ignore_errors=True)
-    _build_cache(text, out_dir, vocab_size)
+    _build_cache(text, out_dir, CacheConfig(validation_fraction=validation_fraction), vocab_size)
     _write_json(record_file, record)
     return _opened(cache_dir, say, f"built in {time.perf_counter() - started:.1f} s")
 
 
-def _build_cache(text: Text, out_dir: Path, vocab_size: int) -> None:
+def _build_cache(text: Text, out_dir: Path, config: CacheConfig, vocab_size: int) -> None:
     """Tokenizer, then cache, as ``marin-pipelines tokenize`` makes them, renamed into place when whole."""
     from marin_pipelines.tokenize.text_sources import read_chunk, text_chunks
     from marin_pipelines.tokenize.tokenized_cache import build_cache
@@ -191,7 +199,7 @@ def _build_cache(text: Text, out_dir: Path, vocab_size: int) -> None:
     tmp = out_dir / f".{CACHE_DIR}.tmp-{uuid.uuid4().hex[:8]}"
     tmp.mkdir(parents=True)
     try:
-        build_cache(inputs, tokenizer, tmp, CacheConfig(), out_dir / f".{CACHE_DIR}.work")
+        build_cache(inputs, tokenizer, tmp, config, out_dir / f".{CACHE_DIR}.work")
         os.replace(tmp, out_dir / CACHE_DIR)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -473,6 +481,7 @@ def run_forecast(
     seq_len: int = 128,
     max_epochs: float = 1.0,
     points_per_budget: int = 5,
+    validation_fraction: float = VALIDATION_FRACTION,
     recipe_overrides: dict[str, Any] | None = None,
     progress: Say | None = None,
 ) -> dict[str, Any]:
@@ -490,6 +499,7 @@ def run_forecast(
     out = Path(out_dir)
     arguments = _arguments(texts, budgets, target, recipe_name, recipe_overrides, seeds)
     arguments.update(vocab_size=vocab_size, seq_len=seq_len, points_per_budget=points_per_budget)
+    arguments.update(validation_fraction=validation_fraction)
     _check_arguments(arguments, max_epochs)
     chosen = recipe(recipe_name, **(recipe_overrides or {}))
     began = _read_json(out / ARGUMENTS_FILE)
@@ -508,7 +518,7 @@ def run_forecast(
 
     planned(vocab_size)  # the recipe's refusals, before the text is read
     out.mkdir(parents=True, exist_ok=True)
-    cache = build_text_cache(texts, out, vocab_size, reuse=began is not None, say=say)
+    cache = build_text_cache(texts, out, vocab_size, began is not None, say, validation_fraction)
     plan = planned(cache.info["vocab_size"])  # a BPE on little text may stop short of vocab_size
     check_data(plan, len(cache.train), max_epochs)
     _say_plan(plan, len(budgets), say)
@@ -565,6 +575,8 @@ def _check_arguments(arguments: dict[str, Any], max_epochs: float) -> None:
         raise ValueError(f"--seeds must be >= 1, got {arguments['seeds']}")
     if arguments["points_per_budget"] < MIN_POINTS:
         raise ValueError(f"--points-per-budget must be >= {MIN_POINTS}, got {arguments['points_per_budget']}")
+    if not 0 < arguments["validation_fraction"] <= 0.5:
+        raise ValueError(f"--validation-fraction must be in (0, 0.5], got {arguments['validation_fraction']}")
     if not (math.isfinite(max_epochs) and max_epochs > 0):
         raise ValueError(f"--max-epochs must be positive, got {max_epochs}")
 

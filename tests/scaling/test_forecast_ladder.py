@@ -20,6 +20,8 @@ import pytest
 
 from marin_pipelines.cli import main
 from marin_pipelines.scaling.forecast_ladder import (
+    TEXT_FILE,
+    build_text_cache,
     find_text,
     needed_tokens,
     run_forecast,
@@ -192,6 +194,20 @@ def test_an_empty_folder_or_a_binary_file_is_an_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="no such file or folder"):
         run_forecast([tmp_path / "nowhere"], BUDGETS, TARGET, recipe_overrides=OPTIONS, **SETTINGS)
     assert not (tmp_path / "out" / "rungs").exists()
+
+
+def test_the_validation_fraction_sets_the_held_out_share(tmp_path):
+    text = write_corpus(tmp_path / "text")
+    out = tmp_path / "out"
+    shares = {}
+    for fraction in (0.05, 0.5):  # the same folder: a cache built with another split is rebuilt
+        cache = build_text_cache([text], out, 512, False, lambda _: None, fraction)
+        splits = cache.info["splits"]
+        shares[fraction] = splits["validation"]["documents"] / sum(s["documents"] for s in splits.values())
+        assert json.loads((out / TEXT_FILE).read_text())["validation_fraction"] == fraction
+    assert 0 < shares[0.05] < 0.25 < shares[0.5]
+    with pytest.raises(ValueError, match=r"--validation-fraction must be in \(0, 0.5\], got 0.6"):
+        run_forecast([text], BUDGETS, TARGET, validation_fraction=0.6, recipe_overrides=OPTIONS, **SETTINGS)
 
 
 def test_budgets_the_recipe_cannot_sweep_are_refused_before_the_text_is_read(tmp_path):
