@@ -209,7 +209,7 @@ def main() -> None:
         [text],
         budgets,
         args.target,
-        "delphi",
+        LADDER["recipe"]["name"],
         args.seeds,
         args.out / "delphi",
         vocab_size=args.vocab_size,

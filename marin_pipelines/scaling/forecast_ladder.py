@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from pydantic import ValidationError
 
 from marin_pipelines.documents import KEPT_PREFIX
 from marin_pipelines.scaling.isoflop_ladder import (
@@ -575,8 +576,12 @@ def _check_arguments(arguments: dict[str, Any], max_epochs: float) -> None:
         raise ValueError(f"--seeds must be >= 1, got {arguments['seeds']}")
     if arguments["points_per_budget"] < MIN_POINTS:
         raise ValueError(f"--points-per-budget must be >= {MIN_POINTS}, got {arguments['points_per_budget']}")
-    if not 0 < arguments["validation_fraction"] <= 0.5:
-        raise ValueError(f"--validation-fraction must be in (0, 0.5], got {arguments['validation_fraction']}")
+    try:  # the cache's own rule for the split, refused by the flag's name before the text is read
+        CacheConfig(validation_fraction=arguments["validation_fraction"])
+    except ValidationError as e:
+        raise ValueError(
+            f"--validation-fraction: {e.errors()[0]['msg']}, got {arguments['validation_fraction']}"
+        ) from None
     if not (math.isfinite(max_epochs) and max_epochs > 0):
         raise ValueError(f"--max-epochs must be positive, got {max_epochs}")
 
