@@ -20,8 +20,13 @@ from marin_pipelines.experiments.defaults import (
 )
 
 VOCAB_SIZE = 512
+# The recipe holds the step count and grows the batch with the tokens. At 256 steps (its default) the batches
+# run to 128 sequences in the ladder and 256 at the target, far past the critical batch at these sizes:
+# ``bench/recipe_batch.py`` measured d56l2 at 1.6e12 FLOPs 7% worse at the recipe's batch of 64 than at 8
+# (2.887 against 3.102) and d24l2 at 2e11 4% worse at its 32 than at 4. At 2048 steps every batch is at or
+# below those measured best ones (4 at 2e11, 8 at 1.6e12), so the ladder measures model size, not batch.
 LADDER = {
-    "recipe": {"name": "delphi", "head_dim": 8},
+    "recipe": {"name": "delphi", "head_dim": 8, "target_steps": 2048},
     "budgets": [2e11, 4e11, 8e11, 1.6e12],
     "points_per_budget": 5,
     "seeds": 1,

@@ -1,0 +1,73 @@
+"""Loss against batch size at a fixed budget and shape: is a recipe's batch past the critical batch?
+
+A recipe that holds the step count (``target_steps``) grows the batch with the tokens; past the critical
+batch a token bought with a bigger batch is worth less than one bought with more steps, and an IsoFLOP
+ladder whose rungs straddle that point measures the batch rule as much as the model size. This trains one
+shape at one budget at several batch sizes, each with the recipe's own LR (sqrt of the batch) and beta2
+(half-life in tokens) for that batch, and prints each loss and its ratio to the recipe's own choice.
+
+    .venv/bin/python bench/recipe_batch.py --cache DIR --out DIR [--budget 1.6e12] [--params 79128]
+
+``--cache`` is a token cache, as ``bench/scaling_forecast.py`` builds one under its ``--out``
+(``{out}/delphi/cache``); every run is kept under ``--out`` and reused.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from marin_pipelines.experiments.scaling_forecast import LADDER
+from marin_pipelines.scaling.forecast_ladder import Rung, finished, train_rung
+from marin_pipelines.scaling.recipe import recipe
+from marin_pipelines.scaling.scaling_law import budget_key
+from marin_pipelines.tokenize.tokenized_cache import TokenCache
+from marin_pipelines.train.train_config import TrainConfig
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cache", type=Path, required=True)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--budget", type=float, default=max(LADDER["budgets"]))
+    parser.add_argument("--params", type=float, default=79128, help="non-embedding params (the shape)")
+    parser.add_argument("--batches", default="8,16,32,64,128")
+    args = parser.parse_args()
+
+    cache = TokenCache(args.cache)
+    vocab, seq_len = cache.info["vocab_size"], LADDER["seq_len"]
+    constants = {k: v for k, v in LADDER["recipe"].items() if k != "name"}
+    chosen = recipe(LADDER["recipe"]["name"], **constants)
+    base = TrainConfig()  # as the forecast command trains its rungs
+    own = chosen.run(args.budget, vocab, seq_len, params=args.params, base=base)
+    tokens = own.tokens
+    results = {}
+    for batch in sorted({int(b) for b in args.batches.split(",")} | {own.train.batch_size}):
+        steps = tokens / (batch * seq_len)  # the recipe's batch rule then picks exactly this batch
+        variant = recipe(chosen.name, **{**constants, "target_steps": max(1, round(steps))})
+        run = variant.run(args.budget, vocab, seq_len, params=args.params, base=base)
+        assert run.train.batch_size == batch, (run.train.batch_size, batch)
+        rung = Rung(run, 0, args.out / budget_key(args.budget) / f"{run.size}-b{batch}")
+        record = finished(rung) or train_rung(rung, cache)
+        results[batch] = record["loss"]
+        t = run.train
+        print(
+            f"batch {batch:4d}: {t.steps:5d} steps, lr {t.learning_rate:.4g}, beta2 {t.beta2:.4f}: "
+            f"loss {record['loss']:.4f} ({record['seconds']:.0f} s)",
+            flush=True,
+        )
+    reference = results[own.train.batch_size]
+    summary = {
+        "budget": args.budget,
+        "size": own.size,
+        "recipe_batch": own.train.batch_size,
+        "losses": {str(b): loss for b, loss in results.items()},
+        "ratio_to_recipe": {str(b): loss / reference for b, loss in results.items()},
+        "best_batch": min(results, key=results.__getitem__),
+    }
+    print(json.dumps(summary))
+
+
+if __name__ == "__main__":
+    main()
