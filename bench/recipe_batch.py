@@ -33,6 +33,9 @@ def main() -> None:
     parser.add_argument("--budget", type=float, default=max(LADDER["budgets"]))
     parser.add_argument("--params", type=float, default=79128, help="non-embedding params (the shape)")
     parser.add_argument("--batches", default="8,16,32,64,128")
+    parser.add_argument(
+        "--no-recipe-batch", action="store_true", help="train only --batches (the recipe's own is measured)"
+    )
     args = parser.parse_args()
 
     cache = TokenCache(args.cache)
@@ -43,7 +46,10 @@ def main() -> None:
     own = chosen.run(args.budget, vocab, seq_len, params=args.params, base=base)
     tokens = own.tokens
     results = {}
-    for batch in sorted({int(b) for b in args.batches.split(",")} | {own.train.batch_size}):
+    batches = {int(b) for b in args.batches.split(",")} | (
+        set() if args.no_recipe_batch else {own.train.batch_size}
+    )
+    for batch in sorted(batches):
         steps = tokens / (batch * seq_len)  # the recipe's batch rule then picks exactly this batch
         variant = recipe(chosen.name, **{**constants, "target_steps": max(1, round(steps))})
         run = variant.run(args.budget, vocab, seq_len, params=args.params, base=base)
@@ -57,13 +63,13 @@ def main() -> None:
             f"loss {record['loss']:.4f} ({record['seconds']:.0f} s)",
             flush=True,
         )
-    reference = results[own.train.batch_size]
+    reference = results.get(own.train.batch_size)
     summary = {
         "budget": args.budget,
         "size": own.size,
         "recipe_batch": own.train.batch_size,
         "losses": {str(b): loss for b, loss in results.items()},
-        "ratio_to_recipe": {str(b): loss / reference for b, loss in results.items()},
+        "ratio_to_recipe": None if reference is None else {str(b): v / reference for b, v in results.items()},
         "best_batch": min(results, key=results.__getitem__),
     }
     print(json.dumps(summary))

@@ -1,0 +1,86 @@
+"""Is the frontier wrong, or is the recipe's target off the optimum? An IsoFLOP sweep at the target budget.
+
+A preregistered forecast predicts L*(C), the loss of the best size at the target budget; the target run is
+the recipe's one size there. When the run misses the forecast, either the frontier does not extrapolate
+(its L* is not the best loss reachable at that budget) or the run is not the best size (its N is off the
+ladder's N*). This trains more sizes at the target budget by the same recipe, finds their optimum (the
+vertex of the parabola in log N, as each ladder budget's) and prints the forecast's error against that
+measured optimum beside its error against the recipe's run.
+
+    .venv/bin/python bench/target_optimum.py --forecast DIR/forecast.json --cache DIR --out DIR \
+        --params 79128,124776 --target-loss 2.357
+
+The recipe is the ``scaling_forecast`` experiment's (its ``LADDER``). ``--forecast`` is the ``forecast.json``
+of its ``isoflop_forecast`` step or of ``bench/scaling_forecast.py``; ``--cache`` the token cache the ladder
+trained on; ``--target-loss`` the recipe's run's measured
+loss (it is one of the sizes; omit it to train it here). Every run is kept under ``--out`` and reused.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from marin_pipelines.experiments.scaling_forecast import LADDER
+from marin_pipelines.scaling.forecast_ladder import Rung, finished, train_rung
+from marin_pipelines.scaling.isoflop import isoflop_vertex
+from marin_pipelines.scaling.recipe import recipe
+from marin_pipelines.scaling.scaling_law import budget_key
+from marin_pipelines.tokenize.tokenized_cache import TokenCache
+from marin_pipelines.train.train_config import TrainConfig
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--forecast", type=Path, required=True)
+    parser.add_argument("--cache", type=Path, required=True)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--params", required=True, help="non-embedding params of the sizes to train")
+    parser.add_argument("--target-loss", type=float, help="the recipe's run's measured loss")
+    args = parser.parse_args()
+
+    preregistered = json.loads(args.forecast.read_text())
+    constants = {k: v for k, v in LADDER["recipe"].items() if k != "name"}
+    chosen = recipe(LADDER["recipe"]["name"], **constants)
+    budget, seq_len = float(preregistered["forecast"]["target_budget"]), LADDER["seq_len"]
+    cache = TokenCache(args.cache)
+    vocab = cache.info["vocab_size"]
+    predicted = preregistered["prediction"]["loss"]
+
+    own = chosen.run(budget, vocab, seq_len)
+    runs = []
+    if args.target_loss is not None:
+        runs.append({"budget": budget, "params": own.params, "tokens": own.tokens, "loss": args.target_loss})
+        print(f"{own.size} (the recipe's run, given): loss {args.target_loss:.4f}", flush=True)
+    sizes = [float(p) for p in args.params.split(",")] + (
+        [] if args.target_loss is not None else [own.params]
+    )
+    for params in sizes:
+        run = chosen.run(budget, vocab, seq_len, params=params, base=TrainConfig())
+        rung = Rung(run, 0, args.out / budget_key(budget) / f"{run.size}-s0")
+        record = finished(rung) or train_rung(rung, cache)
+        runs.append({"budget": budget, "params": run.params, "tokens": run.tokens, "loss": record["loss"]})
+        print(
+            f"{run.size}: {run.params} params, loss {record['loss']:.4f} ({record['seconds']:.0f} s)",
+            flush=True,
+        )
+    vertex = isoflop_vertex(budget, runs)
+    measured = None if isinstance(vertex, str) or not vertex.inside else vertex
+    recipe_loss = next(r["loss"] for r in runs if r["params"] == own.params)
+    summary = {
+        "budget": budget,
+        "forecast": predicted,
+        "forecast_params": preregistered["forecast"]["params"],
+        "runs": sorted((r["params"], r["loss"]) for r in runs),
+        "measured_optimum": None if measured is None else {"params": measured.params, "loss": measured.loss},
+        "why_no_optimum": vertex if isinstance(vertex, str) else (None if measured else "vertex outside"),
+        "error_against_optimum": None if measured is None else (predicted - measured.loss) / measured.loss,
+        "error_against_recipe_run": (predicted - recipe_loss) / recipe_loss,
+        "best_run": min(r["loss"] for r in runs),
+    }
+    print(json.dumps(summary))
+
+
+if __name__ == "__main__":
+    main()
