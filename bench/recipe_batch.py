@@ -40,8 +40,7 @@ def main() -> None:
 
     cache = TokenCache(args.cache)
     vocab, seq_len = cache.info["vocab_size"], LADDER["seq_len"]
-    constants = {k: v for k, v in LADDER["recipe"].items() if k != "name"}
-    chosen = recipe(LADDER["recipe"]["name"], **constants)
+    chosen = recipe(**LADDER["recipe"])
     base = TrainConfig()  # as the forecast command trains its rungs
     own = chosen.run(args.budget, vocab, seq_len, params=args.params, base=base)
     tokens = own.tokens
@@ -51,9 +50,10 @@ def main() -> None:
     )
     for batch in sorted(batches):
         steps = tokens / (batch * seq_len)  # the recipe's batch rule then picks exactly this batch
-        variant = recipe(chosen.name, **{**constants, "target_steps": max(1, round(steps))})
+        variant = recipe(**{**LADDER["recipe"], "target_steps": max(1, round(steps))})
         run = variant.run(args.budget, vocab, seq_len, params=args.params, base=base)
-        assert run.train.batch_size == batch, (run.train.batch_size, batch)
+        if run.train.batch_size != batch:
+            raise SystemExit(f"--batches {batch}: the recipe's batch bounds give {run.train.batch_size}")
         rung = Rung(run, 0, args.out / budget_key(args.budget) / f"{run.size}-b{batch}")
         record = finished(rung) or train_rung(rung, cache)
         results[batch] = record["loss"]

@@ -41,8 +41,7 @@ def main() -> None:
     args = parser.parse_args()
 
     preregistered = json.loads(args.forecast.read_text())
-    constants = {k: v for k, v in LADDER["recipe"].items() if k != "name"}
-    chosen = recipe(LADDER["recipe"]["name"], **constants)
+    chosen = recipe(**LADDER["recipe"])
     budget, seq_len = float(preregistered["forecast"]["target_budget"]), LADDER["seq_len"]
     cache = TokenCache(args.cache)
     vocab = cache.info["vocab_size"]
