@@ -13,7 +13,8 @@ measured optimum beside its error against the recipe's run.
 The recipe is the ``scaling_forecast`` experiment's (its ``LADDER``). ``--forecast`` is the ``forecast.json``
 of its ``isoflop_forecast`` step or of ``bench/scaling_forecast.py``; ``--cache`` the token cache the ladder
 trained on; ``--target-loss`` the recipe's run's measured
-loss (it is one of the sizes; omit it to train it here). Every run is kept under ``--out`` and reused.
+loss (it is one of the sizes; omit it to train it here); ``--budget`` reads the same ladder's frontier at
+another budget and sweeps there instead. Every run is kept under ``--out`` and reused.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ import json
 from pathlib import Path
 
 from marin_pipelines.experiments.scaling_forecast import LADDER
-from marin_pipelines.scaling.forecast_ladder import Rung, finished, train_rung
+from marin_pipelines.scaling.forecast_ladder import BOOTSTRAP, Rung, finished, train_rung
+from marin_pipelines.scaling.frontier import forecast
 from marin_pipelines.scaling.isoflop import isoflop_vertex
 from marin_pipelines.scaling.recipe import recipe
 from marin_pipelines.scaling.scaling_law import budget_key
@@ -38,6 +40,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--params", required=True, help="non-embedding params of the sizes to train")
     parser.add_argument("--target-loss", type=float, help="the recipe's run's measured loss")
+    parser.add_argument(
+        "--budget", type=float, help="another budget: the same ladder's frontier read there, not the target"
+    )
     args = parser.parse_args()
 
     preregistered = json.loads(args.forecast.read_text())
@@ -45,7 +50,13 @@ def main() -> None:
     budget, seq_len = float(preregistered["forecast"]["target_budget"]), LADDER["seq_len"]
     cache = TokenCache(args.cache)
     vocab = cache.info["vocab_size"]
-    predicted = preregistered["prediction"]["loss"]
+    predicted, predicted_params = preregistered["prediction"]["loss"], preregistered["forecast"]["params"]
+    if args.budget is not None and args.budget != budget:  # the same chain and bootstrap as the step's
+        fields = ("budget", "params", "tokens", "loss", "seed")
+        ladder = [{k: run[k] for k in fields} for run in preregistered["runs"]]
+        budget = args.budget
+        read = forecast(ladder, budget, bootstrap=BOOTSTRAP, seed=0)
+        predicted, predicted_params = read.loss, read.params
 
     own = chosen.run(budget, vocab, seq_len)
     runs = []
@@ -70,7 +81,7 @@ def main() -> None:
     summary = {
         "budget": budget,
         "forecast": predicted,
-        "forecast_params": preregistered["forecast"]["params"],
+        "forecast_params": predicted_params,
         "runs": sorted((r["params"], r["loss"]) for r in runs),
         "measured_optimum": None if measured is None else {"params": measured.params, "loss": measured.loss},
         "why_no_optimum": vertex if isinstance(vertex, str) else (None if measured else "vertex outside"),
