@@ -12,9 +12,9 @@ measured optimum beside its error against the recipe's run.
 
 The recipe is the ``scaling_forecast`` experiment's (its ``LADDER``). ``--forecast`` is the ``forecast.json``
 of its ``isoflop_forecast`` step or of ``bench/scaling_forecast.py``; ``--cache`` the token cache the ladder
-trained on; ``--target-loss`` the recipe's run's measured
-loss (it is one of the sizes; omit it to train it here); ``--budget`` reads the same ladder's frontier at
-another budget and sweeps there instead. Every run is kept under ``--out`` and reused.
+trained on; ``--target-loss`` the recipe's run's measured loss (it is one of the sizes; omit it to train it
+here); ``--budget`` reads the same ladder's frontier at another budget and sweeps there instead. Every run
+is kept under ``--out`` and reused.
 """
 
 from __future__ import annotations
