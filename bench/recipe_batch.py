@@ -6,7 +6,7 @@ ladder whose rungs straddle that point measures the batch rule as much as the mo
 shape at one budget at several batch sizes, each with the recipe's own LR (sqrt of the batch) and beta2
 (half-life in tokens) for that batch, and prints each loss and its ratio to the recipe's own choice.
 
-    .venv/bin/python bench/recipe_batch.py --cache DIR --out DIR [--budget 1.6e12] [--params 79128]
+    .venv/bin/python bench/recipe_batch.py --cache DIR --out DIR [--budget 1.6e12] [--d-model 56]
 
 ``--cache`` is a token cache, as ``bench/scaling_forecast.py`` builds one under its ``--out``
 (``{out}/delphi/cache``); every run is kept under ``--out`` and reused.
@@ -20,7 +20,7 @@ from pathlib import Path
 
 from marin_pipelines.experiments.scaling_forecast import LADDER
 from marin_pipelines.scaling.forecast_ladder import Rung, finished, train_rung
-from marin_pipelines.scaling.recipe import recipe
+from marin_pipelines.scaling.recipe import DelphiRecipe
 from marin_pipelines.scaling.scaling_law import budget_key
 from marin_pipelines.tokenize.tokenized_cache import TokenCache
 from marin_pipelines.train.train_config import TrainConfig
@@ -31,7 +31,7 @@ def main() -> None:
     parser.add_argument("--cache", type=Path, required=True)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--budget", type=float, default=max(LADDER["budgets"]))
-    parser.add_argument("--params", type=float, default=79128, help="non-embedding params (the shape)")
+    parser.add_argument("--d-model", type=int, default=56, help="the shape: the recipe's model of this width")
     parser.add_argument("--batches", default="8,16,32,64,128")
     parser.add_argument(
         "--no-recipe-batch", action="store_true", help="train only --batches (the recipe's own is measured)"
@@ -40,9 +40,10 @@ def main() -> None:
 
     cache = TokenCache(args.cache)
     vocab, seq_len = cache.info["vocab_size"], LADDER["seq_len"]
-    chosen = recipe(**LADDER["recipe"])
+    chosen = DelphiRecipe.model_validate(LADDER["recipe"])
+    params = chosen.shape(args.d_model, vocab, seq_len).num_params(include_embeddings=False)
     base = TrainConfig()  # as the forecast command trains its rungs
-    own = chosen.run(args.budget, vocab, seq_len, params=args.params, base=base)
+    own = chosen.run(args.budget, vocab, seq_len, params=params, base=base)
     tokens = own.tokens
     results = {}
     batches = {int(b) for b in args.batches.split(",")} | (
@@ -50,8 +51,8 @@ def main() -> None:
     )
     for batch in sorted(batches):
         steps = tokens / (batch * seq_len)  # the recipe's batch rule then picks exactly this batch
-        variant = recipe(**{**LADDER["recipe"], "target_steps": max(1, round(steps))})
-        run = variant.run(args.budget, vocab, seq_len, params=args.params, base=base)
+        variant = chosen.model_copy(update={"target_steps": max(1, round(steps))})
+        run = variant.run(args.budget, vocab, seq_len, params=params, base=base)
         if run.train.batch_size != batch:
             raise SystemExit(f"--batches {batch}: the recipe's batch bounds give {run.train.batch_size}")
         rung = Rung(run, 0, args.out / budget_key(args.budget) / f"{run.size}-b{batch}")

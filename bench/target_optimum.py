@@ -8,7 +8,7 @@ vertex of the parabola in log N, as each ladder budget's) and prints the forecas
 measured optimum beside its error against the recipe's run.
 
     .venv/bin/python bench/target_optimum.py --forecast DIR/forecast.json --cache DIR --out DIR \
-        --params 79128,124776 --target-loss 2.357
+        --d-models 56,72 --target-loss 2.357
 
 The recipe is the ``scaling_forecast`` experiment's (its ``LADDER``). ``--forecast`` is the ``forecast.json``
 of its ``isoflop_forecast`` step or of ``bench/scaling_forecast.py``; ``--cache`` the token cache the ladder
@@ -27,7 +27,7 @@ from marin_pipelines.experiments.scaling_forecast import LADDER
 from marin_pipelines.scaling.forecast_ladder import BOOTSTRAP, Rung, finished, train_rung
 from marin_pipelines.scaling.frontier import forecast
 from marin_pipelines.scaling.isoflop import isoflop_vertex
-from marin_pipelines.scaling.recipe import recipe
+from marin_pipelines.scaling.recipe import DelphiRecipe
 from marin_pipelines.scaling.scaling_law import budget_key
 from marin_pipelines.tokenize.tokenized_cache import TokenCache
 from marin_pipelines.train.train_config import TrainConfig
@@ -38,7 +38,7 @@ def main() -> None:
     parser.add_argument("--forecast", type=Path, required=True)
     parser.add_argument("--cache", type=Path, required=True)
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--params", required=True, help="non-embedding params of the sizes to train")
+    parser.add_argument("--d-models", required=True, help="widths of the models to train, e.g. 56,72")
     parser.add_argument("--target-loss", type=float, help="the recipe's run's measured loss")
     parser.add_argument(
         "--budget", type=float, help="another budget: the same ladder's frontier read there, not the target"
@@ -46,7 +46,10 @@ def main() -> None:
     args = parser.parse_args()
 
     preregistered = json.loads(args.forecast.read_text())
-    chosen = recipe(**LADDER["recipe"])
+    missing = [k for k in ("prediction", "forecast", "runs") if k not in preregistered]
+    if missing:
+        raise SystemExit(f"{args.forecast} is not a preregistered forecast: it has no {', '.join(missing)}")
+    chosen = DelphiRecipe.model_validate(LADDER["recipe"])
     budget, seq_len = float(preregistered["forecast"]["target_budget"]), LADDER["seq_len"]
     cache = TokenCache(args.cache)
     vocab = cache.info["vocab_size"]
@@ -63,9 +66,10 @@ def main() -> None:
     if args.target_loss is not None:
         runs.append({"budget": budget, "params": own.params, "tokens": own.tokens, "loss": args.target_loss})
         print(f"{own.size} (the recipe's run, given): loss {args.target_loss:.4f}", flush=True)
-    sizes = [float(p) for p in args.params.split(",")] + (
-        [] if args.target_loss is not None else [own.params]
-    )
+    widths = [int(w) for w in args.d_models.split(",")]
+    sizes = [chosen.shape(w, vocab, seq_len).num_params(include_embeddings=False) for w in widths]
+    if args.target_loss is None:
+        sizes.append(own.params)
     for params in sizes:
         run = chosen.run(budget, vocab, seq_len, params=params, base=TrainConfig())
         rung = Rung(run, 0, args.out / budget_key(budget) / f"{run.size}-s0")
@@ -77,6 +81,9 @@ def main() -> None:
         )
     vertex = isoflop_vertex(budget, runs)
     measured = None if isinstance(vertex, str) or not vertex.inside else vertex
+    why = vertex if isinstance(vertex, str) else None
+    if why is None and measured is None:
+        why = f"the vertex, {vertex.params:.3g} params, lies outside the sizes trained: add a size beyond it"
     recipe_loss = next(r["loss"] for r in runs if r["params"] == own.params)
     summary = {
         "budget": budget,
@@ -84,7 +91,7 @@ def main() -> None:
         "forecast_params": predicted_params,
         "runs": sorted((r["params"], r["loss"]) for r in runs),
         "measured_optimum": None if measured is None else {"params": measured.params, "loss": measured.loss},
-        "why_no_optimum": vertex if isinstance(vertex, str) else (None if measured else "vertex outside"),
+        "why_no_optimum": why,
         "error_against_optimum": None if measured is None else (predicted - measured.loss) / measured.loss,
         "error_against_recipe_run": (predicted - recipe_loss) / recipe_loss,
         "best_run": min(r["loss"] for r in runs),

@@ -23,8 +23,9 @@ VOCAB_SIZE = 512
 # The recipe holds the step count and grows the batch with the tokens. At 256 steps (its default) the batches
 # run to 128 sequences in the ladder and 256 at the target, far past the critical batch at these sizes:
 # ``bench/recipe_batch.py`` measured d56l2 at 1.6e12 FLOPs 7% worse at the recipe's batch of 64 than at 8
-# (2.887 against 3.102) and d24l2 at 2e11 4% worse at its 32 than at 4. At 2048 steps every batch is at or
-# below those measured best ones (4 at 2e11, 8 at 1.6e12), so the ladder measures model size, not batch.
+# (3.102 against 2.887; 16 gave 2.890) and d24l2 at 2e11 4.5% worse at its 32 than at 4 (3.688 against
+# 3.529). At 2048 steps the ladder's batches are 4-16 and the target's 32, so the ladder measures model
+# size rather than the batch rule.
 LADDER = {
     "recipe": {"name": "delphi", "head_dim": 8, "target_steps": 2048},
     "budgets": [2e11, 4e11, 8e11, 1.6e12],
