@@ -140,6 +140,33 @@ def test_the_chinchilla_cross_check_agrees():
     assert json.loads(json.dumps(result.as_dict()))["chinchilla_loss"] == result.chinchilla_loss
 
 
+def test_the_cross_check_spends_the_target_flops_as_the_rungs_counted_theirs():
+    """Small models spend far more than 6N FLOPs a token (attention, the LM head). Runs that say so
+    (budget / tokens = f(N)) must get approach 3's optimum at D = C / f(N), not at C = 6ND."""
+
+    def per_token(n):
+        return 600 * n**0.8  # 60N at N = 1e5, 24N at N = 1e7: FLOPs beyond the weights
+
+    params = np.geomspace(1e2, 1e8, 200_001)
+
+    def along(flops):
+        return TRUE.predict(params, flops / per_token(params))
+
+    runs = [
+        {"budget": c, "params": n, "tokens": c / per_token(n), "loss": TRUE.predict(n, c / per_token(n))}
+        for c in np.geomspace(1e14, 1e16, 4)
+        for n in params[along(c).argmin()] * np.geomspace(0.25, 4, 6)
+    ]
+    result = forecast(runs, 1e17, bootstrap=0)
+    truth = along(1e17)
+    assert result.chinchilla is not None and result.chinchilla.alpha == pytest.approx(TRUE.alpha, rel=1e-3)
+    assert (result.flops_per_token.coefficient, result.flops_per_token.exponent) == pytest.approx((600, 0.8))
+    assert result.chinchilla_loss == pytest.approx(truth.min(), rel=1e-4)
+    assert result.chinchilla_optimum[0] == pytest.approx(params[truth.argmin()], rel=0.01)
+    six_nd = TRUE.predict(*TRUE.compute_optimal(1e17))  # the tokens C = 6ND would have bought
+    assert six_nd < 0.98 * result.chinchilla_loss
+
+
 def test_unusable_budgets_are_reported_and_left_out():
     good = ladder(3, seeds=1)
     rng = np.random.default_rng(0)
