@@ -24,7 +24,7 @@ import json
 from pathlib import Path
 
 from marin_pipelines.experiments.scaling_forecast import LADDER
-from marin_pipelines.scaling.forecast_ladder import BOOTSTRAP, Rung, finished, train_rung
+from marin_pipelines.scaling.forecast_ladder import BOOTSTRAP, Rung, check_same_cache, finished, train_rung
 from marin_pipelines.scaling.frontier import forecast
 from marin_pipelines.scaling.isoflop import isoflop_vertex
 from marin_pipelines.scaling.recipe import DelphiRecipe
@@ -52,6 +52,10 @@ def main() -> None:
     chosen = DelphiRecipe.model_validate(LADDER["recipe"])
     budget, seq_len = float(preregistered["forecast"]["target_budget"]), LADDER["seq_len"]
     cache = TokenCache(args.cache)
+    try:
+        check_same_cache(preregistered, cache)
+    except ValueError as e:
+        raise SystemExit(f"--cache: {e}") from None
     vocab = cache.info["vocab_size"]
     predicted, predicted_params = preregistered["prediction"]["loss"], preregistered["forecast"]["params"]
     if args.budget is not None and args.budget != budget:  # the same chain and bootstrap as the step's

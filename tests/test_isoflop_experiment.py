@@ -27,6 +27,7 @@ from marin_pipelines.stages.scaling import started_at
 from marin_pipelines.stages.train import IsoflopRunsConfig, TrainRunConfig, isoflop_partition_keys
 from marin_pipelines.steps import InputError, StepError
 from marin_pipelines.store import ArtifactStore
+from marin_pipelines.tokenize.tokenized_cache import TokenCache
 
 # small pure-Python distributions of the lock: ~1.7 MB of code and documents
 DISTRIBUTIONS = ("PyYAML", "tqdm", "idna", "certifi", "requests", "jinja2", "click", "markupsafe")
@@ -119,6 +120,9 @@ def test_the_forecast_is_written_before_the_target_trains_and_checked_after(fore
     assert prediction is not None and checkpoint is not None and law is not None
     record = json.loads(prediction.file("forecast.json").read_text())
     assert recorded_before_started(instance, run.run_ids, target.prediction, target.checkpoint)
+    tokens = ladder.checkpoints.inputs["tokenized_cache"]
+    cache = store.get(list(tokens.key), tokens.version)
+    assert cache is not None and record["cache"] == TokenCache(cache.url).identity  # the data it rests on
     assert record["target"]["budget"] == 1e11 and len(record["runs"]) == len(
         ladder.checkpoints.partition_keys()
     )

@@ -406,8 +406,25 @@ def run_rungs(plan: Plan, cache: TokenCache, say: Say) -> list[dict[str, Any]]:
 # ------------------------------------------------------------------------------------------ forecast
 
 
+def check_same_cache(preregistered: dict[str, Any], cache: TokenCache) -> None:
+    """Refuse a cache other than the one a forecast's ladder trained on (the ``cache`` it recorded, a
+    ``TokenCache.identity``): runs on other data would be set against it without any error. A forecast
+    written before forecasts recorded their cache passes."""
+    recorded = preregistered.get("cache")
+    if recorded is not None and recorded != cache.identity:
+        raise ValueError(
+            f"the forecast's ladder trained on the token cache {recorded}, and {cache.url} is "
+            f"{cache.identity}: give the cache the ladder trained on"
+        )
+
+
 def preregister(
-    plan: Plan, records: Sequence[dict[str, Any]], chosen: ChosenRecipe, out_dir: Path, say: Say
+    plan: Plan,
+    records: Sequence[dict[str, Any]],
+    chosen: ChosenRecipe,
+    cache: TokenCache,
+    out_dir: Path,
+    say: Say,
 ) -> dict[str, Any]:
     """The target's loss forecast from the ladder, written to ``forecast.json`` with the time, once: a
     rerun reads the file back and never rewrites its time. Returns the file's content."""
@@ -434,6 +451,7 @@ def preregister(
         "preregistered_at": _now(),
         "recipe": chosen.name,
         "recipe_config": chosen.model_dump(),
+        "cache": cache.identity,
         "target": plan.target.run.describe(),
         "prediction": {"loss": predicted.loss, "low": low, "high": high},
         "forecast": predicted.as_dict(),
@@ -526,7 +544,7 @@ def run_forecast(
     if began is None:  # from here on, the cache is this ladder's data and a rerun must match
         _write_json(out / ARGUMENTS_FILE, arguments)
     records = run_rungs(plan, cache, say)
-    preregistered = preregister(plan, records, chosen, out, say)
+    preregistered = preregister(plan, records, chosen, cache, out, say)
     actual, started_at = run_target(plan, cache, say)
     prediction = preregistered["prediction"]
     result = {

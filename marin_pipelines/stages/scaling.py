@@ -231,6 +231,7 @@ def isoflop_forecast(
     diagnostics = mixture_diagnostics(named, sources, tokens, vocab_size)
     record = {
         "preregistered_at": datetime.now(UTC).isoformat(timespec="microseconds"),
+        "cache": TokenCache(tokenized_cache.url).identity,
         "target": target,
         "prediction": {
             "loss": predicted.loss,

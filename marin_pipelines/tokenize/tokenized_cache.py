@@ -20,6 +20,7 @@ the caller makes visible atomically (the artifact store, or a rename).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -466,6 +467,13 @@ class TokenCache:
         dtype = np.dtype(self.info["dtype"])
         self.train = TokenSplit(fs, root, dtype, self.info["splits"]["train"])
         self.validation = TokenSplit(fs, root, dtype, self.info["splits"]["validation"])
+
+    @property
+    def identity(self) -> str:
+        """A short hash of the ledger: each shard's document, token and byte counts, the split's config and
+        the tokenizer's hash. Other text, another tokenizer or another split gives another identity, and
+        no token is read: a forecast records it so that later runs can check they train on the same data."""
+        return hashlib.sha256(json.dumps(self.info, sort_keys=True).encode()).hexdigest()[:16]
 
     def split(self, name: str) -> TokenSplit:
         if name not in SPLITS:

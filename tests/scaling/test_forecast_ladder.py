@@ -22,12 +22,14 @@ from marin_pipelines.cli import main
 from marin_pipelines.scaling.forecast_ladder import (
     TEXT_FILE,
     build_text_cache,
+    check_same_cache,
     find_text,
     needed_tokens,
     run_forecast,
 )
 from marin_pipelines.scaling.isoflop_ladder import sweep_params
 from marin_pipelines.scaling.recipe import recipe
+from marin_pipelines.tokenize.tokenized_cache import TokenCache
 
 STDLIB = Path(argparse.__file__).parent
 TOP = ["argparse.py", "typing.py", "dataclasses.py", "enum.py", "inspect.py", "functools.py", "pathlib.py"]
@@ -115,6 +117,12 @@ def test_the_forecast_is_written_before_its_target_trains(forecast):
     written = json.loads((out / "forecast.json").read_text())
     assert written["preregistered_at"] == result["preregistered_at"]
     assert written["prediction"] == prediction
+    cache = TokenCache(out / "cache")
+    assert written["cache"] == cache.identity
+    check_same_cache(written, cache)  # the ladder's own cache passes
+    check_same_cache({k: v for k, v in written.items() if k != "cache"}, cache)  # so does an older forecast
+    with pytest.raises(ValueError, match=f"token cache 0123456789abcdef, and .* is {cache.identity}: give"):
+        check_same_cache({**written, "cache": "0123456789abcdef"}, cache)  # runs on other data: refused
     assert {r["size"] for r in written["runs"]} == {"d8l2", "d16l2", "d32l2"}
     # the file was on disk before the target's first checkpoint existed
     checkpoints = files_under(out / "target" / "checkpoints")
@@ -129,8 +137,8 @@ def test_the_forecast_is_written_before_its_target_trains(forecast):
     assert len(ladder) == 9 and ladder[0].startswith("rung 1/9: budget 1e10 d8l2 seed 0: loss ")
     assert all(line.endswith(" s)") for line in ladder)  # trained, not reused
     # 13 plain files (the hidden file and the bytecode skipped) + 3 JSON lines + 4 parquet rows
-    cache = json.loads((out / "cache" / "cache.json").read_text())["splits"]
-    assert cache["train"]["documents"] + cache["validation"]["documents"] == 20
+    splits = cache.info["splits"]
+    assert splits["train"]["documents"] + splits["validation"]["documents"] == 20
     assert not (out / "text").exists()  # the staged copy of the plain files is gone once cached
 
 

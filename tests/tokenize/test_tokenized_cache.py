@@ -90,6 +90,11 @@ def test_split_is_stable_per_document(tokenizer: Tokenizer, tmp_path: Path, make
     assert small["splits"]["validation"]["documents"] < large["splits"]["validation"]["documents"]
     other = build([tmp_path / "b"], tokenizer, tmp_path / "other", seed=7)
     assert other["splits"]["validation"]["text_bytes"] != large["splits"]["validation"]["text_bytes"]
+    # the identity a forecast records: other text or another split is another cache; a rebuild is not
+    again = build([tmp_path / "b"], tokenizer, tmp_path / "again")
+    identity = {name: TokenCache(tmp_path / name).identity for name in ("small", "large", "other", "again")}
+    assert len({identity["small"], identity["large"], identity["other"]}) == 3
+    assert identity["again"] == identity["large"] and again == large
 
 
 def test_workers_do_not_change_the_bytes(
