@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from marin_pipelines.experiments.scaling_forecast import LADDER
-from marin_pipelines.scaling.forecast_ladder import BOOTSTRAP, Rung, check_same_cache, finished, train_rung
+from marin_pipelines.scaling.forecast_ladder import BOOTSTRAP, Rung, finished, read_forecast, train_rung
 from marin_pipelines.scaling.frontier import forecast, seed_spread
 from marin_pipelines.scaling.recipe import DelphiRecipe
 from marin_pipelines.scaling.scaling_law import budget_key
@@ -71,17 +71,11 @@ def main() -> None:
     parser.add_argument("--draws", type=int, default=400, help="refits with the seeds' noise")
     args = parser.parse_args()
 
-    preregistered = json.loads(args.forecast.read_text())
-    if "forecast" not in preregistered or "runs" not in preregistered:
-        raise SystemExit(f"{args.forecast} is not a preregistered forecast: it has no 'forecast' or 'runs'")
+    cache = TokenCache(args.cache)
+    preregistered = read_forecast(args.forecast, cache)  # a ValueError says what is wrong with either
     target = float(preregistered["forecast"]["target_budget"])
     ladder = [{k: float(run[k]) for k in FIELDS} for run in preregistered["runs"]]
     chosen = DelphiRecipe.model_validate(LADDER["recipe"])
-    cache = TokenCache(args.cache)
-    try:
-        check_same_cache(preregistered, cache)
-    except ValueError as e:
-        raise SystemExit(f"--cache: {e}") from None
     vocab, seq_len = cache.info["vocab_size"], LADDER["seq_len"]
 
     extra, measured = [], []

@@ -24,7 +24,7 @@ import json
 from pathlib import Path
 
 from marin_pipelines.experiments.scaling_forecast import LADDER
-from marin_pipelines.scaling.forecast_ladder import BOOTSTRAP, Rung, check_same_cache, finished, train_rung
+from marin_pipelines.scaling.forecast_ladder import BOOTSTRAP, Rung, finished, read_forecast, train_rung
 from marin_pipelines.scaling.frontier import forecast
 from marin_pipelines.scaling.isoflop import isoflop_vertex
 from marin_pipelines.scaling.recipe import DelphiRecipe
@@ -45,17 +45,10 @@ def main() -> None:
     )
     args = parser.parse_args()
 
-    preregistered = json.loads(args.forecast.read_text())
-    missing = [k for k in ("prediction", "forecast", "runs") if k not in preregistered]
-    if missing:
-        raise SystemExit(f"{args.forecast} is not a preregistered forecast: it has no {', '.join(missing)}")
+    cache = TokenCache(args.cache)
+    preregistered = read_forecast(args.forecast, cache)  # a ValueError says what is wrong with either
     chosen = DelphiRecipe.model_validate(LADDER["recipe"])
     budget, seq_len = float(preregistered["forecast"]["target_budget"]), LADDER["seq_len"]
-    cache = TokenCache(args.cache)
-    try:
-        check_same_cache(preregistered, cache)
-    except ValueError as e:
-        raise SystemExit(f"--cache: {e}") from None
     vocab = cache.info["vocab_size"]
     predicted, predicted_params = preregistered["prediction"]["loss"], preregistered["forecast"]["params"]
     if args.budget is not None and args.budget != budget:  # the same chain and bootstrap as the step's

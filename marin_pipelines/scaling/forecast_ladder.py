@@ -406,6 +406,20 @@ def run_rungs(plan: Plan, cache: TokenCache, say: Say) -> list[dict[str, Any]]:
 # ------------------------------------------------------------------------------------------ forecast
 
 
+def read_forecast(path: Path, cache: TokenCache) -> dict[str, Any]:
+    """A preregistered forecast (the ``forecast.json`` of the forecast command or of the isoflop_forecast
+    step) whose ladder trained on ``cache``; a ValueError that says why for any other file or cache."""
+    try:
+        content = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{path}: not a readable forecast ({e})") from None
+    missing = [k for k in ("prediction", "forecast", "runs") if k not in content]
+    if missing:
+        raise ValueError(f"{path} is not a preregistered forecast: it has no {', '.join(missing)}")
+    check_same_cache(content, cache)
+    return content
+
+
 def check_same_cache(preregistered: dict[str, Any], cache: TokenCache) -> None:
     """Refuse a cache other than the one a forecast's ladder trained on (the ``cache`` it recorded, a
     ``TokenCache.identity``): runs on other data would be set against it without any error. A forecast

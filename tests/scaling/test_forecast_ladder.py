@@ -25,6 +25,7 @@ from marin_pipelines.scaling.forecast_ladder import (
     check_same_cache,
     find_text,
     needed_tokens,
+    read_forecast,
     run_forecast,
 )
 from marin_pipelines.scaling.isoflop_ladder import sweep_params
@@ -119,7 +120,16 @@ def test_the_forecast_is_written_before_its_target_trains(forecast):
     assert written["prediction"] == prediction
     cache = TokenCache(out / "cache")
     assert written["cache"] == cache.identity
-    check_same_cache(written, cache)  # the ladder's own cache passes
+    assert read_forecast(out / "forecast.json", cache) == written  # the ladder's own cache passes
+    (out / "not-a-forecast.json").write_text(json.dumps({"prediction": {}}))
+    with pytest.raises(
+        ValueError, match="not-a-forecast.json is not a preregistered forecast: it has no forecast"
+    ):
+        read_forecast(out / "not-a-forecast.json", cache)
+    with pytest.raises(ValueError, match="rung.json is not a preregistered forecast"):
+        read_forecast(next((out / "rungs").rglob("rung.json")), cache)
+    with pytest.raises(ValueError, match="not a readable forecast"):
+        read_forecast(out / "missing.json", cache)
     check_same_cache({k: v for k, v in written.items() if k != "cache"}, cache)  # so does an older forecast
     with pytest.raises(ValueError, match=f"token cache 0123456789abcdef, and .* is {cache.identity}: give"):
         check_same_cache({**written, "cache": "0123456789abcdef"}, cache)  # runs on other data: refused
