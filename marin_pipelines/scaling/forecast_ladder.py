@@ -478,6 +478,8 @@ def preregister(
         f"forecast: loss {predicted.loss:.4f} [{low:.4f}, {high:.4f}] for {plan.target.label}, "
         f"preregistered at {content['preregistered_at']} in {path}"
     )
+    for warning in predicted.warnings:
+        say(f"forecast warning: {warning}")
     return content
 
 

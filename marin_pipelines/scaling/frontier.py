@@ -17,7 +17,8 @@ rung is one (budget, N), holding one run per seed.
 3. The forecast evaluates them at the target. Its intervals are percentiles over resamples that redo
    the whole chain: rungs resampled with replacement within each budget, then runs within each rung, so
    they carry both the sweep's and the seeds' noise. A resample that leaves any of the used budgets
-   unbracketed is drawn again.
+   unbracketed is drawn again. E's own interval over the resamples (``floor_interval``) says whether the
+   ladder identifies a floor at all; where it reaches 0 the forecast warns (``Forecast.warnings``).
 
 Where the ladder supports the 5-parameter L(N, D) (``fit.chinchilla_fits``), its own optimum at the
 target is reported beside the frontier's (approach 3 as a cross-check on approach 2, same runs). That
@@ -52,6 +53,7 @@ from marin_pipelines.scaling.isoflop import (
 
 MIN_BUDGETS = 3  # the frontier has 3 unknowns
 E_GRID = 64  # start values of E tried in [0, min L*)
+E_AT_BOUND = 1e-3  # an E below this fraction of the best optimum is at its bound, 0
 Run = dict[str, float]
 T = TypeVar("T")
 
@@ -104,6 +106,7 @@ class Forecast:
     tokens: float
     tokens_interval: tuple[float, float]
     frontier: Frontier
+    floor_interval: tuple[float, float]  # the frontier's E over the resamples
     params_law: PowerLaw  # N*(C)
     tokens_law: PowerLaw  # D*(C)
     optima: tuple[BudgetOptimum, ...]  # every budget, usable or not
@@ -135,6 +138,28 @@ class Forecast:
         optimum = self.chinchilla_optimum
         return None if optimum is None else optimum[1]
 
+    @property
+    def warnings(self) -> list[str]:
+        """Why the forecast may be a bound rather than an estimate; none when the frontier's floor is fitted.
+
+        When the resamples' E reaches 0 (the optima fall on a straight line in log-log, or there are only 3
+        budgets) the ladder cannot tell a frontier that flattens from one that does not, and the fit's L*
+        is close to the lowest forecast any flattening frontier through these optima gives. Across 8x the
+        bend is a fraction of a percent, the size of the optima's noise (the README's scaling section).
+        """
+        best = min(o.profile.loss for o in self.optima if o.profile is not None and o.usable)
+        if E_AT_BOUND * best < self.floor_interval[0]:
+            return []
+        law = self.chinchilla_loss
+        cross = "" if law is None else f"; L(N, D) on the same runs gives {law:.4g}"
+        return [
+            f"the frontier's floor is not identified (E = {self.frontier.E:.3g}, interval "
+            f"[{self.floor_interval[0]:.3g}, {self.floor_interval[1]:.3g}]: the {self.n_budgets} optima "
+            f"show no flattening), so {self.loss:.4g} is close to the lowest forecast a frontier that "
+            f"flattens through them gives: a loss curve that bends past the ladder lands higher, up to the "
+            f"interval's {self.loss_interval[1]:.4g} for a bend within the optima's noise{cross}"
+        ]
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "target_budget": self.target_budget,
@@ -145,6 +170,7 @@ class Forecast:
             "tokens": self.tokens,
             "tokens_interval": list(self.tokens_interval),
             "frontier": {**asdict(self.frontier), "formula": self.frontier.formula},
+            "floor_interval": list(self.floor_interval),
             "params_law": asdict(self.params_law),
             "tokens_law": asdict(self.tokens_law),
             "optima": [o.as_dict() for o in self.optima],
@@ -157,6 +183,7 @@ class Forecast:
             "chinchilla_params": None if self.chinchilla_optimum is None else self.chinchilla_optimum[0],
             "flops_per_token": asdict(self.flops_per_token),
             "chinchilla_reason": self.chinchilla_reason,
+            "warnings": self.warnings,
             "confidence": CONFIDENCE,
             "bootstrap": self.bootstrap,
             "seed": self.seed,
@@ -343,13 +370,14 @@ def _forecast(runs: Sequence[Run], target: float, bootstrap: int, seed: int, cro
     rng = np.random.default_rng(seed)
     rungs = [_rungs(group) for group in used]
 
-    def draw() -> tuple[float, float, float] | None:
+    def draw() -> tuple[float, float, float, float] | None:
         chain = _chain([r for budget in rungs for r in _resample(budget, rng)], len(used))
-        return None if chain is None else (chain[0](target), chain[1](target), chain[2](target))
+        return None if chain is None else (chain[0](target), chain[1](target), chain[2](target), chain[0].E)
 
     samples = _draws(draw, bootstrap)
-    loss, params, tokens = frontier(target), params_law(target), tokens_law(target)
-    intervals = [_interval(values) for values in zip(*(samples or [(loss, params, tokens)]), strict=True)]
+    point = (frontier(target), params_law(target), tokens_law(target), frontier.E)
+    intervals = [_interval(values) for values in zip(*(samples or [point]), strict=True)]
+    loss, params, tokens = point[:3]
     law, reason = _cross_check(runs) if cross_check else (None, "not asked for")
     return Forecast(
         target_budget=target,
@@ -360,6 +388,7 @@ def _forecast(runs: Sequence[Run], target: float, bootstrap: int, seed: int, cro
         tokens=tokens,
         tokens_interval=intervals[2],
         frontier=frontier,
+        floor_interval=intervals[3],
         params_law=params_law,
         tokens_law=tokens_law,
         optima=optima,

@@ -153,9 +153,10 @@ class LawConfig(BaseModel):
 
 
 def ladder_informative(artifact: Artifact) -> tuple[bool, dict[str, Any]]:
-    """Every rung beats a unigram model and the target repeats its data at most a few times (see
-    MAX_TARGET_EPOCHS): otherwise the extrapolation has little to stand on. A weak ladder is a finding
-    about the experiment, not a bug: this check warns."""
+    """Every rung beats a unigram model, the target repeats its data at most a few times (see
+    MAX_TARGET_EPOCHS) and the frontier has a floor (``Forecast.warnings``): otherwise the extrapolation
+    has little to stand on, or is a bound. A weak ladder is a finding about the experiment, not a bug:
+    this check warns."""
     meta = artifact.metadata
     return not meta["warnings"], {
         "unigram_loss": meta["unigram_loss"],
@@ -186,7 +187,7 @@ def isoflop_run(key: str, evals: Artifact) -> dict[str, Any]:
 
 @stage(
     IsoflopForecastConfig,
-    revision=2,  # with the ladder's diagnostics (unigram baseline, target epochs) and their check
+    revision=3,  # 2: the ladder's diagnostics (unigram baseline, target epochs); 3: no-floor warning
     group="scaling",
     kinds=("scipy", "polars"),
     checks={"ladder_informative": Check(ladder_informative, blocking=False)},
@@ -229,6 +230,7 @@ def isoflop_forecast(
     urls = mixture.cache_urls(tokenized_cache.url)
     sources = {name: (source.weight, TokenCache(urls[name])) for name, source in mixture.sources.items()}
     diagnostics = mixture_diagnostics(named, sources, tokens, vocab_size)
+    diagnostics["warnings"] += predicted.warnings
     record = {
         "preregistered_at": datetime.now(UTC).isoformat(timespec="microseconds"),
         "cache": TokenCache(tokenized_cache.url).identity,
