@@ -138,13 +138,16 @@ def test_the_forecast_is_written_before_the_target_trains_and_checked_after(fore
     assert (
         result["preregistered"] and result["target_started_at"] == started_at(checkpoint.manifest).isoformat()
     )
-    # the diagnostics: a unigram model over both sources' tokens, which every rung beats; the check says so
+    # the diagnostics: a unigram model over both sources' tokens, which every rung beats, and little
+    # repetition; but 3 budgets fit no floor, so the forecast is a bound and the check warns, without blocking
     unigram = prediction.metadata["unigram_loss"]
     assert 0 < unigram < math.log(512) and prediction.metadata["rungs_not_beating_unigram"] == []
-    assert max(r["loss"] for r in record["runs"]) < unigram and record["diagnostics"]["warnings"] == []
-    assert 0 < prediction.metadata["target_epochs"] < 10
+    assert max(r["loss"] for r in record["runs"]) < unigram and 0 < prediction.metadata["target_epochs"] < 10
+    (warning,) = record["diagnostics"]["warnings"]
+    assert warning.startswith("the frontier's floor is not identified (with 3 budgets E is held at 0)")
+    assert record["forecast"]["warnings"] == [warning]
     informative = [c for c in run.checks if c.check == "ladder_informative"]
-    assert [(c.asset, c.passed, c.blocking) for c in informative] == [("iso/isoflop_forecast", True, False)]
+    assert [(c.asset, c.passed, c.blocking) for c in informative] == [("iso/isoflop_forecast", False, False)]
     held = law.metadata["downstream"]["bpb/held"]
     assert held["relative_error"] == pytest.approx(held["predicted"] / held["actual"] - 1)
     for name in ("isoflop_curves.png", "frontier.png", "seed_spread.png"):

@@ -152,12 +152,18 @@ class Forecast:
             return []
         law = self.chinchilla_loss
         cross = "" if law is None else f"; L(N, D) on the same runs gives {law:.4g}"
+        low, high = self.floor_interval
+        why = (
+            f"with {MIN_BUDGETS} budgets E is held at 0"
+            if self.n_budgets == MIN_BUDGETS
+            else f"E = {self.frontier.E:.3g}, interval [{low:.3g}, {high:.3g}]: the {self.n_budgets} optima "
+            "show no flattening"
+        )
         return [
-            f"the frontier's floor is not identified (E = {self.frontier.E:.3g}, interval "
-            f"[{self.floor_interval[0]:.3g}, {self.floor_interval[1]:.3g}]: the {self.n_budgets} optima "
-            f"show no flattening), so {self.loss:.4g} is close to the lowest forecast a frontier that "
-            f"flattens through them gives: a loss curve that bends past the ladder lands higher, up to the "
-            f"interval's {self.loss_interval[1]:.4g} for a bend within the optima's noise{cross}"
+            f"the frontier's floor is not identified ({why}), so {self.loss:.4g} is close to the lowest "
+            "forecast a frontier that flattens through them gives: a loss curve that flattens past the "
+            f"ladder lands higher, up to the interval's {self.loss_interval[1]:.4g} for a bend within the "
+            f"optima's noise{cross}"
         ]
 
     def as_dict(self) -> dict[str, Any]:

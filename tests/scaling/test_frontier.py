@@ -123,8 +123,9 @@ def test_a_frontier_with_a_floor_gives_no_warning_and_one_without_says_it_is_a_l
     three = forecast(ladder(0, budgets=BUDGETS[:3]), TARGET, bootstrap=20, seed=0)
     assert three.frontier.E == 0
     (warning,) = three.warnings
-    assert "floor is not identified (E = 0, interval [0, 0]" in warning and f"{three.loss:.4g}" in warning
-    assert f"{three.loss_interval[1]:.4g}" in warning and f"{three.chinchilla_loss:.4g}" in warning
+    assert "floor is not identified (with 3 budgets E is held at 0)" in warning
+    for number in (three.loss, three.loss_interval[1], three.chinchilla_loss):
+        assert f"{number:.4g}" in warning
     assert three.as_dict()["warnings"] == [warning]
     # the no-floor forecast lies below the truth here: the true frontier flattens towards E = 1.69
     assert three.loss < optimum(TARGET)[1]
