@@ -26,7 +26,7 @@ VOCAB_SIZE = 512
 # (3.102 against 2.887; 16 gave 2.890) and d24l2 at 2e11 4.5% worse at its 32 than at 4 (3.688 against
 # 3.529). At 2048 steps the ladder's batches are 4-16 and the target's 32, so the ladder measures model
 # size rather than the batch rule.
-# The LR rule is measured too (``bench/recipe_lr.py``: 28 runs at 0.5-4x the default LR on 10 shapes at
+# The LR rule is measured too (``bench/recipe_lr.py``: 27 runs at 0.5-4x the default LR on 10 shapes at
 # 2e11, 8e11 and 1.6e12 FLOPs, loss a parabola in log LR around lr* = c (64 / d)^w sqrt(batch / 16)
 # (T0 / T)^h): the best LR falls as width^-0.5, not width^-1, and not with the token horizon (h fits -0.07),
 # so the default rule's LR (c 3e-3, w 1, h 0.3) was right at 2e11 and 2-3x too low at 1.6e12. With the
