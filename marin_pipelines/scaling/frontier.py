@@ -163,7 +163,7 @@ class Forecast:
             f"the frontier's floor is not identified ({why}), so {self.loss:.4g} is close to the lowest "
             "forecast a frontier that flattens through them gives: a loss curve that flattens past the "
             f"ladder lands higher, up to the interval's {self.loss_interval[1]:.4g} for a bend within the "
-            f"optima's noise{cross}"
+            f"optima's noise, and one still steepening (just past the unigram plateau) lands lower{cross}"
         ]
 
     def as_dict(self) -> dict[str, Any]:
