@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from scipy.special import expit
 
-from marin_pipelines.scaling.chinchilla import ChinchillaLaw
+from marin_pipelines.scaling import synthetic_ladder
 from marin_pipelines.scaling.downstream import (
     DownstreamForecast,
     downstream_error,
@@ -27,8 +27,9 @@ from marin_pipelines.scaling.downstream import (
     plot_downstream,
 )
 from marin_pipelines.scaling.frontier import Forecast, forecast
+from marin_pipelines.scaling.synthetic_ladder import HOFFMANN
 
-TRUE = ChinchillaLaw(E=1.69, A=406.4, B=410.7, alpha=0.34, beta=0.28)
+TRUE = HOFFMANN
 BUDGETS = (1e17, 1e18, 1e19, 1e20)
 TARGET = 10 * BUDGETS[-1]
 NOISE = 0.003  # multiplicative, on each run's loss
@@ -51,24 +52,12 @@ TRUE_LOSS = TRUE.predict(*TRUE.compute_optimal(TARGET))  # 2.33, below every run
 
 
 def ladder(seed: int) -> list[dict]:
+    """4 budgets x 5 sizes x 2 seeds from TRUE, each run with both downstream metrics of its loss."""
     rng = np.random.default_rng(seed)
-    runs = []
-    for i, budget in enumerate(BUDGETS):
-        sizes = TRUE.compute_optimal(budget)[0] * np.geomspace(0.25, 4, 5) * 1.25 ** (-1) ** i
-        for n in sizes:
-            for s in range(2):
-                loss = TRUE.predict(n, budget / (6 * n)) * math.exp(NOISE * rng.normal())
-                runs.append(
-                    {
-                        "budget": budget,
-                        "params": n,
-                        "tokens": budget / (6 * n),
-                        "loss": loss,
-                        "seed": s,
-                        "bpb/stdlib": affine(loss) + AFFINE_NOISE * rng.normal(),
-                        "acc/arc_easy": sigmoid(loss) + SIGMOID_NOISE * rng.normal(),
-                    }
-                )
+    runs = synthetic_ladder.ladder(TRUE, BUDGETS, rng, sizes=5, seeds=2, noise=NOISE)
+    for run in runs:
+        run["bpb/stdlib"] = affine(run["loss"]) + AFFINE_NOISE * rng.normal()
+        run["acc/arc_easy"] = sigmoid(run["loss"]) + SIGMOID_NOISE * rng.normal()
     return runs
 
 

@@ -11,7 +11,7 @@ import polars as pl
 import pytest
 from matplotlib.image import imread
 
-from marin_pipelines.scaling.chinchilla import ChinchillaLaw
+from marin_pipelines.scaling import synthetic_ladder
 from marin_pipelines.scaling.frontier import Forecast, forecast, seed_spread
 from marin_pipelines.scaling.isoflop_report import (
     FIXED_COLUMNS,
@@ -21,8 +21,9 @@ from marin_pipelines.scaling.isoflop_report import (
     rung_table,
     write_rung_table,
 )
+from marin_pipelines.scaling.synthetic_ladder import HOFFMANN, optimum
 
-TRUE = ChinchillaLaw(E=1.69, A=406.4, B=410.7, alpha=0.34, beta=0.28)
+TRUE = HOFFMANN
 BUDGETS = tuple(float(b) for b in np.geomspace(1e18, 1e20, 4))
 TARGET = 10 * BUDGETS[-1]
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -32,28 +33,19 @@ EXTRA = ["bpb/stdlib", "d_model", "learning_rate", "n_layers"]  # by name
 def sweep(
     budget: float, factors: np.ndarray, seeds: int, noise: float, rng: np.random.Generator
 ) -> list[dict]:
-    """Sizes ``factors`` x the true N*, D = C / 6N, loss from TRUE with multiplicative noise."""
-    n_star = TRUE.compute_optimal(budget)[0]
-    runs = []
-    for j, factor in enumerate(factors):
-        params = float(n_star * factor)
-        for seed in range(seeds):
-            tokens = budget / (6 * params)
-            run = {
-                "budget": budget,
-                "size": f"d{64 * (j + 1)}l{j + 2}",
-                "seed": seed,
-                "params": params,
-                "tokens": tokens,
-                "flops": 6 * params * tokens * 1.02,  # a little more than planned: attention, rounding
-                "loss": TRUE.predict(params, tokens) * math.exp(noise * rng.normal()),
-                "d_model": 64 * (j + 1),
-                "n_layers": j + 2,
-                "learning_rate": 3e-3,
-            }
-            if seed == 0:
-                run["bpb/stdlib"] = 1.0 + 0.1 * j  # a downstream metric only some runs have
-            runs.append(run)
+    """Sizes ``factors`` x the true N*, with the columns a real rung carries beside its loss."""
+    runs = synthetic_ladder.sweep(TRUE, budget, optimum(TRUE, budget)[0] * factors, seeds, rng, noise)
+    for i, run in enumerate(runs):
+        j = i // seeds  # the size's index: the sweep lists each size's seeds together
+        run |= {
+            "size": f"d{64 * (j + 1)}l{j + 2}",
+            "flops": 6 * run["params"] * run["tokens"] * 1.02,  # more than planned: attention, rounding
+            "d_model": 64 * (j + 1),
+            "n_layers": j + 2,
+            "learning_rate": 3e-3,
+        }
+        if run["seed"] == 0:
+            run["bpb/stdlib"] = 1.0 + 0.1 * j  # a downstream metric only some runs have
     return runs
 
 
