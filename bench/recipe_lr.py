@@ -96,36 +96,64 @@ def fit_rule(runs: list[dict[str, Any]], recipe: DelphiRecipe, free: tuple[str, 
     }
 
 
+def parse_points(text: str) -> list[tuple[float, int, list[float] | None]]:
+    """``BUDGET:D_MODEL[:M/M/...]``, comma-separated: each (budget, d_model, its own multipliers or None)."""
+    points = []
+    for point in text.split(","):
+        fields = point.split(":")
+        try:
+            budget, d_model = float(fields[0]), int(fields[1])
+            own = [float(m) for m in fields[2].split("/")] if len(fields) == 3 else None
+        except (IndexError, ValueError):
+            own, budget, d_model = None, 0.0, 0
+        if len(fields) > 3 or min(budget, d_model, *(own or [1.0])) <= 0:
+            raise argparse.ArgumentTypeError(f"point {point!r}: want BUDGET:D_MODEL[:M/M/...], all positive")
+        points.append((budget, d_model, own))
+    return points
+
+
+def multipliers(text: str) -> list[float]:
+    """``M,M,...``: multiples of the recipe's LR."""
+    return [float(m) for m in text.split(",")]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cache", type=Path, required=True)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument(
         "--points",
+        type=parse_points,
         required=True,
         help="BUDGET:D_MODEL[:M/M/...],... e.g. 2e11:24:0.5/1/2,1.6e12:56 (a point's own multipliers)",
     )
-    parser.add_argument("--multipliers", default="1,2,4", help="of the recipe's LR where a point names none")
+    parser.add_argument(
+        "--multipliers",
+        type=multipliers,
+        default="1,2,4",
+        help="of the recipe's LR where a point names none",
+    )
     parser.add_argument("--recipe-option", type=recipe_option, action="append", default=[], metavar="K=V")
     parser.add_argument("--blow-up", type=float, default=0.25, help="leave out runs this far above the best")
     args = parser.parse_args()
 
     cache = TokenCache(args.cache)
     recipe = DelphiRecipe.model_validate({**LADDER["recipe"], **dict(args.recipe_option)})
-    runs = []
-    for point in args.points.split(","):
-        budget, d_model, *own = point.split(":")
-        multipliers = [float(m) for m in (own[0].split("/") if own else args.multipliers.split(","))]
-        found = [train_point(recipe, cache, args.out, float(budget), int(d_model), m) for m in multipliers]
+    runs, left_out = [], []
+    for budget, d_model, own in args.points:
+        found = [train_point(recipe, cache, args.out, budget, d_model, m) for m in own or args.multipliers]
         losses = "  ".join(f"x{r['multiplier']:g} (lr {r['lr']:.4g}) {r['loss']:.4f}" for r in found)
-        print(f"{budget} {found[0]['size']} batch {found[0]['batch']}: {losses}", flush=True)
+        print(f"{budget:g} {found[0]['size']} batch {found[0]['batch']}: {losses}", flush=True)
         best = min(r["loss"] for r in found)
-        runs.extend(r for r in found if r["loss"] <= best + args.blow_up)
+        for r in found:
+            (runs if r["loss"] <= best + args.blow_up else left_out).append(r)
+    if left_out:
+        print(f"left out of the fits, over {args.blow_up:g} above their point's best: {len(left_out)} runs")
     fits = [fit_rule(runs, recipe, free) for free in ((), ("w",), ("w", "h"), ("w", "b", "h"))]
     for fit in fits:
         exponents = " ".join(f"{k[0]} {fit[f'{k}_exponent']:.3f}" for k in ("width", "batch", "horizon"))
         print(f"free {fit['free']}: rms {fit['rms']:.4f}, lr {fit['learning_rate']:.4g}, {exponents}")
-    print(json.dumps({"recipe": recipe.model_dump(), "runs": runs, "fits": fits}))
+    print(json.dumps({"recipe": recipe.model_dump(), "runs": runs, "left_out": left_out, "fits": fits}))
 
 
 if __name__ == "__main__":

@@ -129,8 +129,9 @@ def test_a_frontier_with_a_floor_gives_no_warning_and_one_without_says_it_is_a_l
     assert three.as_dict()["warnings"] == [warning]
     # the no-floor forecast lies below the truth here: the true frontier flattens towards E = 1.69
     assert three.loss < optimum(TARGET)[1]
-    # a ladder shaped as scaling_forecast's (4 budgets over 8x, one seed, its 0.6% noise) cannot tell
-    # Hoffmann's floor from none in 18 of 20 draws (bench/ladder_power.py): this is one of them
+    # a ladder of scaling_forecast's span (4 budgets over 8x, one seed, its 0.6% noise; 6 sizes here) cannot
+    # tell Hoffmann's floor from none in 18 of 20 draws (seeds 0-19, as bench/ladder_power.py --sizes 6
+    # counts them): this is one of them
     narrow = tuple(1e18 * 2.0 ** np.arange(4))
     eight = forecast(ladder(5, seeds=1, noise=0.006, budgets=narrow), 10 * narrow[-1], bootstrap=100)
     assert eight.floor_interval[0] < 1e-3 and "floor is not identified" in eight.warnings[0]
