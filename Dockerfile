@@ -1,5 +1,5 @@
 # marin-pipelines in one image: the Dagster code location (the default command) and the pods that train
-# and evaluate (`python -m marin_pipelines.train ...`, `python -m marin_pipelines.evals ...`, which the
+# and evaluate (`python -m marin_pipelines.cli train|sft|eval --step-config FILE`, which the
 # launcher sets as the pod's command). Build from the repository root:
 #
 #   docker build -t us-docker.pkg.dev/PROJECT/marin/marin-pipelines:1 --build-arg JAX_EXTRA=tpu .

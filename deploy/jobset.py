@@ -19,8 +19,14 @@ import sys
 
 import yaml
 
-from marin_pipelines.resources.launcher import K8sLauncher, train_args
+from marin_pipelines.launch_config import CHILD_MODULE
+from marin_pipelines.resources.launcher import K8sLauncher
 from marin_pipelines.resources.launcher_env import launcher_from_env
+
+
+def train_command(config: str, data: str, out: str) -> list[str]:
+    """``marin-pipelines train`` as a user runs it, in a pod (no terminal: no progress bar)."""
+    return ["-m", CHILD_MODULE, "train", "--config", config, "--data", data, "--out", out, "--quiet"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -34,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     launcher = launcher_from_env()
     if not isinstance(launcher, K8sLauncher):
         parser.error("set MARIN_LAUNCHER=k8s and the MARIN_K8S_* variables of the slices")
-    command = train_args(args.config, args.data, args.out)
+    command = train_command(args.config, args.data, args.out)
     yaml.safe_dump(launcher.multislice_jobset(args.name, command, args.slices), sys.stdout, sort_keys=False)
     return 0
 

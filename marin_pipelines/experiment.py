@@ -145,8 +145,3 @@ def _where(error: Exception, file: str) -> str:
     """``line N: `` of the experiment file's line that failed, from the traceback."""
     lines = [f.lineno for f in traceback.extract_tb(error.__traceback__) if f.filename == file]
     return f"line {lines[-1]}: " if lines else ""
-
-
-def default_store_root() -> str:
-    """`.marin/store` under the working directory unless MARIN_STORE_ROOT says otherwise."""
-    return os.environ.get("MARIN_STORE_ROOT", str(Path.cwd() / ".marin" / "store"))

@@ -21,13 +21,17 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from pydantic import BaseModel
 
 from marin_pipelines.engine import Engine, LocalEngine, Progress
 from marin_pipelines.lease import this_process
 from marin_pipelines.store import Artifact, ArtifactStore, PendingArtifact, cache_dir, is_local, version_hash
+
+if TYPE_CHECKING:  # the launch configs load JAX: not for every importer of steps
+    from marin_pipelines.evals.launch_config import EvalLaunch
+    from marin_pipelines.train.launch_config import TrainingLaunch
 
 STEP_NAME = re.compile(r"[a-z][a-z0-9_]*(/[a-z][a-z0-9_]*)*")
 PACKAGE = Path(__file__).resolve().parent
@@ -59,30 +63,14 @@ class Check:
 class Launcher(Protocol):
     """Where training and evaluation run (a subprocess, a pod): the Dagster layer binds one to its run.
 
-    Paths are local paths or URLs in the store (``gs://``): a pod on another machine reads and writes them.
+    Each gets the child's typed config (``train/launch_config.py``, ``evals/launch_config.py``), whose
+    paths are local paths or URLs in the store (``gs://``): a pod on another machine reads and writes them.
+    Each returns the messages the child reported.
     """
 
-    def train(self, config_file: str, data_dir: str, out_dir: str) -> list[Any]: ...
+    def train(self, launch: TrainingLaunch) -> list[Any]: ...
 
-    def sft(
-        self,
-        base_dir: str,
-        data_files: list[str],
-        config_file: str,
-        template_file: str,
-        heldout: list[str],
-        out_dir: str,
-    ) -> list[Any]: ...
-
-    def evaluate(
-        self,
-        checkpoint_dir: str,
-        tokenizer_file: str,
-        bpb_sets: dict[str, list[str]],
-        config: Any,
-        batch_size: int,
-        out_file: str,
-    ) -> list[Any]: ...
+    def evaluate(self, launch: EvalLaunch) -> list[Any]: ...
 
 
 @dataclass

@@ -34,6 +34,7 @@ from fsspec.implementations.local import LocalFileSystem
 
 from marin_pipelines.lease import Lease, hold, lease_ttl
 
+STORE_ROOT = "MARIN_STORE_ROOT"  # the variable naming the store root, passed on to every launched pod
 MANIFEST = "manifest.json"
 UNPARTITIONED = "_"
 
@@ -46,6 +47,11 @@ def version_hash(payload: Any) -> str:
 
 def is_local(url: str | os.PathLike[str]) -> bool:
     return isinstance(fsspec.core.url_to_fs(str(url))[0], LocalFileSystem)
+
+
+def default_store_root() -> str:
+    """`.marin/store` under the working directory unless ``MARIN_STORE_ROOT`` says otherwise."""
+    return os.environ.get(STORE_ROOT, str(Path.cwd() / ".marin" / "store"))
 
 
 def cache_dir() -> Path:

@@ -1,5 +1,5 @@
 """``python -m marin_pipelines.cli COMMAND ...``: the command line without its console script (what the
-launchers run in an image, e.g. ``sft``)."""
+launchers run in an image: ``train``, ``sft`` or ``eval`` with ``--step-config FILE``)."""
 
 import sys
 

@@ -7,8 +7,9 @@ With ``--chat-tasks`` the lm-eval tasks' prompts go through the chat template to
 generation tasks then answer as the assistant), and the JSON records the template (``chat_template``,
 ``chat_template_sha``). The template is ``--chat-template``'s file, else the checkpoint directory's own
 ``chat_template.jinja`` (written by ``sft``), else marin-pipelines' default.
-This is also what the launchers run for the ``eval_results`` assets (``python -m marin_pipelines.evals``):
-under Dagster Pipes it sends its progress lines to the orchestrator and a summary as a custom message.
+This is also what the launchers run for the ``eval_results`` assets (``python -m marin_pipelines.cli eval
+--step-config FILE``, the evaluation in one JSON file: ``EvalLaunch``): under Dagster Pipes it sends its
+progress lines to the orchestrator and a summary as a custom message.
 
 The checkpoint, the tokenizer, token caches among the ``--bpb`` sets and ``--out`` may each be a local
 path or a ``gs://`` URL.
@@ -23,7 +24,12 @@ import socket
 import sys
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from marin_pipelines.cli.step_config import add_step_config, step_config
+
+if TYPE_CHECKING:
+    from marin_pipelines.evals.launch_config import EvalLaunch
 
 
 def bpb_set(text: str) -> tuple[str, list[str]]:
@@ -38,7 +44,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "eval", help="evaluate a training directory on lm-eval tasks and bits-per-byte sets"
     )
-    parser.add_argument("--checkpoint", required=True, help="a directory (or URL) written by training")
+    parser.add_argument("--checkpoint", help="a directory (or URL) written by training")
     parser.add_argument(
         "--tasks",
         type=lambda text: [t for t in text.split(",") if t],
@@ -81,24 +87,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="tokenizer.json, a path or URL (default: the one training copied into the checkpoint, or its "
         "parent's)",
     )
-    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument(
+        "--batch-size", type=int, help="sequences per forward pass (default: EVAL_BATCH_SIZE)"
+    )
     parser.add_argument("--limit", type=int, help="at most this many documents per task")
-    parser.add_argument("--out", required=True, help="where to write the results (JSON): a path or URL")
+    parser.add_argument("--out", help="where to write the results (JSON): a path or URL")
+    add_step_config(parser, ("checkpoint", "out"))
     parser.set_defaults(run=run)
 
 
-def run(args: argparse.Namespace) -> int:
-    from dagster_pipes import PipesEnvVarParamsLoader, open_dagster_pipes
+def eval_launch(args: argparse.Namespace) -> EvalLaunch:
+    """The evaluation ``--step-config`` holds, or the one the flags describe."""
+    from marin_pipelines.evals.checkpoint_eval import EvalConfig
+    from marin_pipelines.evals.launch_config import EvalLaunch
 
-    from marin_pipelines.evals.checkpoint_eval import (
-        EvalConfig,
-        evaluate_checkpoint,
-        load_for_eval,
-        results_table,
-        scores,
-    )
-    from marin_pipelines.store import write_url
-
+    if file := step_config(args):
+        return EvalLaunch.read(file)
     if not args.tasks and not args.bpb and not args.chat:
         raise ValueError("nothing to evaluate: give --tasks, --bpb and/or --chat")
     if args.chat_tasks and not args.tasks:
@@ -107,28 +111,58 @@ def run(args: argparse.Namespace) -> int:
         names = [name for name, _ in sets]
         if len(set(names)) < len(names):
             raise ValueError(f"{flag} sets need distinct names, got {names}")
-    template = args.chat_template.read_text() if args.chat_template else checkpoint_template(args.checkpoint)
-    config = EvalConfig(tasks=args.tasks, include_paths=[str(p) for p in args.include_path], limit=args.limit)
+    evals = EvalConfig(
+        tasks=args.tasks,
+        include_paths=[str(p) for p in args.include_path],
+        limit=args.limit,
+        chat=dict(args.chat),
+        chat_tasks=args.chat_tasks,
+    )
+    return EvalLaunch(
+        checkpoint=args.checkpoint,
+        tokenizer=args.tokenizer,
+        bpb=dict(args.bpb),
+        evals=evals,
+        chat_template=args.chat_template.read_text() if args.chat_template else None,
+        out=args.out,
+        **({"batch_size": args.batch_size} if args.batch_size is not None else {}),
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from dagster_pipes import PipesEnvVarParamsLoader, open_dagster_pipes
+
+    from marin_pipelines.evals.checkpoint_eval import (
+        evaluate_checkpoint,
+        load_for_eval,
+        results_table,
+        scores,
+    )
+    from marin_pipelines.store import write_url
+
+    launch = eval_launch(args)
+    config = launch.evals
+    template = launch.chat_template or checkpoint_template(launch.checkpoint)
     with ExitStack() as stack:  # under Pipes, an error is reported to the orchestrator before it is raised
         pipes = (
             stack.enter_context(open_dagster_pipes())
             if PipesEnvVarParamsLoader().is_dagster_pipes_process()
             else None
         )
-        model, tokenizer = load_for_eval(args.checkpoint, args.tokenizer)
+        model, tokenizer = load_for_eval(launch.checkpoint, launch.tokenizer)
         progress = pipes.log.info if pipes else lambda line: print(line, file=sys.stderr)
         results = evaluate_checkpoint(
             model,
             tokenizer,
-            dict(args.bpb),
+            launch.bpb,
             config,
-            args.batch_size,
+            launch.batch_size,
             progress,
-            dict(args.chat),
+            config.chat,
             template,
-            chat_tasks=args.chat_tasks,
+            chat_tasks=config.chat_tasks,
         )
-        write_url(args.out, json.dumps(results, indent=2))
+        write_url(launch.out, json.dumps(results, indent=2))
         if pipes:  # the orchestrator shows the table; the terminal of a local run stays readable
             pipes.report_custom_message({"scores": scores(results), "evaluated_on": where()})
         else:

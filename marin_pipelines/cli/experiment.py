@@ -32,8 +32,7 @@ def list_experiments() -> int:
 
 def dry_run(name: str, store_root: str | None) -> dict:
     from marin_pipelines.execution_record import record_name, step_status
-    from marin_pipelines.experiment import default_store_root
-    from marin_pipelines.store import ArtifactStore
+    from marin_pipelines.store import ArtifactStore, default_store_root
 
     experiment = _experiments()[name]
     store = ArtifactStore(store_root or default_store_root())
@@ -54,7 +53,7 @@ def run_experiments(names: list[str], store_root: str | None, dry: bool = False)
 
     from marin_pipelines.cli.demo import progress_to_stderr, root_cause
     from marin_pipelines.defs.local_run import materialize_experiment
-    from marin_pipelines.experiment import default_store_root
+    from marin_pipelines.store import default_store_root
     from marin_pipelines.summary import experiment_summary
 
     experiments = _experiments()

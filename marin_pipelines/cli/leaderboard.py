@@ -21,8 +21,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def print_leaderboard(results: Path | None, store_root: str | None, out: Path) -> int:
-    from marin_pipelines.experiment import default_store_root
     from marin_pipelines.scaling.speedrun import leaderboard_markdown, load_results, plot_leaderboard
+    from marin_pipelines.store import default_store_root
 
     if results is None:
         results = demo_results(store_root or default_store_root())

@@ -1,7 +1,8 @@
 """`marin-pipelines train`: one training run from a YAML config and a token cache, resumable.
 
-This is the entry point every launcher runs (a subprocess here, a pod per host on Kubernetes). Run it
-again with the same arguments after a crash and it resumes from the last checkpoint in ``--out``, a
+Every launcher runs it (a subprocess here, a pod per host on Kubernetes) as ``python -m marin_pipelines.cli
+train --step-config FILE``: the run config, the cache and the folder in one JSON file (``TrainLaunch``). Run
+it again with the same arguments after a crash and it resumes from the last checkpoint in ``--out``, a
 local folder or a ``gs://`` URL. A run of several processes joins them as ``MARIN_NUM_PROCESSES`` and
 friends say (see ``marin_pipelines.train.distributed``); ``--num-processes N`` starts such a group on
 this machine. Process 0 streams each logged step back under Dagster Pipes, writes to wandb and copies
@@ -18,8 +19,11 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from typing import TYPE_CHECKING, Any
 
+from marin_pipelines.cli.step_config import add_step_config, step_config
+
 if TYPE_CHECKING:
     from marin_pipelines.tokenize.data_mixture import MixtureConfig
+    from marin_pipelines.train.launch_config import TrainLaunch
 
 
 def positive_int(text: str) -> int:
@@ -31,11 +35,9 @@ def positive_int(text: str) -> int:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("train", help="train a model on a token cache (resumes if --out has one)")
-    parser.add_argument("--config", required=True, help="YAML (path or URL): model (size or shape) and train")
-    parser.add_argument("--data", required=True, help="a tokenized_cache output: a folder or a gs:// URL")
-    parser.add_argument(
-        "--out", required=True, help="checkpoint directory, a folder or a gs:// URL (resumed if present)"
-    )
+    parser.add_argument("--config", help="YAML (path or URL): model (size or shape) and train")
+    parser.add_argument("--data", help="a tokenized_cache output: a folder or a gs:// URL")
+    parser.add_argument("--out", help="checkpoint directory, a folder or a gs:// URL (resumed if present)")
     parser.add_argument("--steps", type=positive_int, help="override train.steps")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.add_argument(
@@ -47,6 +49,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--devices-per-process", type=positive_int, help="CPU devices of each local process (default 1)"
     )
+    add_step_config(parser, ("config", "data", "out"))
     parser.set_defaults(run=run_train)
 
 
@@ -90,22 +93,22 @@ def step_reporters(
 
 
 def run_train(args: argparse.Namespace) -> int:
+    launch = train_launch(args)
     if args.num_processes or args.devices_per_process:
-        return run_local_group(args)
-    from marin_pipelines.train.distributed import initialize, is_primary
+        return run_local_group(launch, args.num_processes or 1, args.devices_per_process or 1)
+    return train_process(launch)
 
-    initialize()  # before JAX touches a device: the other processes' devices join the mesh
-    from dagster_pipes import DAGSTER_PIPES_CONTEXT_ENV_VAR
+
+def train_launch(args: argparse.Namespace) -> TrainLaunch:
+    """The run ``--step-config`` holds, or the one the flags describe (``--steps`` over the YAML's)."""
     from pydantic import ValidationError
 
     from marin_pipelines.config_errors import describe
-    from marin_pipelines.store import local_copy, read_url, write_url
-    from marin_pipelines.tokenize.data_mixture import MixtureLoader
-    from marin_pipelines.tokenize.tokenized_cache import TokenCache
-    from marin_pipelines.tokenize.tokenizer import TOKENIZER_FILE
+    from marin_pipelines.train.launch_config import TrainLaunch
     from marin_pipelines.train.run_config import load_run_config
-    from marin_pipelines.train.trainer import train
 
+    if file := step_config(args):
+        return TrainLaunch.read(file)
     run = load_run_config(args.config)
     if args.steps is not None:
         run = run.model_copy(update={"train": run.train.model_copy(update={"steps": args.steps})})
@@ -113,11 +116,28 @@ def run_train(args: argparse.Namespace) -> int:
             run = type(run).model_validate(run.model_dump())
         except ValidationError as e:
             raise ValueError(f"--steps {args.steps} with {args.config}: {describe(e, title='run')}") from None
-    data = local_copy(args.data)  # the batches read a few windows per step: from local disk
+    return TrainLaunch(run=run, data=args.data, out=args.out, progress_bar=not args.quiet)
+
+
+def train_process(launch: TrainLaunch) -> int:
+    """One process of the run (of a group, where ``MARIN_NUM_PROCESSES`` and friends say so)."""
+    from marin_pipelines.train.distributed import initialize, is_primary
+
+    initialize()  # before JAX touches a device: the other processes' devices join the mesh
+    from dagster_pipes import DAGSTER_PIPES_CONTEXT_ENV_VAR
+
+    from marin_pipelines.store import local_copy, read_url, write_url
+    from marin_pipelines.tokenize.data_mixture import MixtureLoader
+    from marin_pipelines.tokenize.tokenized_cache import TokenCache
+    from marin_pipelines.tokenize.tokenizer import TOKENIZER_FILE
+    from marin_pipelines.train.trainer import train
+
+    run, out = launch.run, launch.out
+    data = local_copy(launch.data)  # the batches read a few windows per step: from local disk
     model = run.llama(TokenCache(data).info["vocab_size"])
     primary = is_primary()
     if primary:  # the cache's tokenizer: evaluation needs no other input
-        write_url(f"{args.out.rstrip('/')}/{TOKENIZER_FILE}", read_url(str(data / TOKENIZER_FILE)))
+        write_url(f"{out.rstrip('/')}/{TOKENIZER_FILE}", read_url(str(data / TOKENIZER_FILE)))
     # batch(step) is a pure function of the step: resuming needs no replay of the data, and each
     # process computes its own rows of it.
     loader = MixtureLoader.from_config(
@@ -125,8 +145,8 @@ def run_train(args: argparse.Namespace) -> int:
     )
     with ExitStack() as stack:
         tracked = {"model": model.model_dump(), "train": run.train.model_dump()}
-        callbacks = step_reporters(stack, args.out, tracked, run.train.log_every)
-        summary = train(model, run.train, loader, args.out, progress=not args.quiet, on_step=callbacks)
+        callbacks = step_reporters(stack, out, tracked, run.train.log_every)
+        summary = train(model, run.train, loader, out, progress=launch.progress_bar, on_step=callbacks)
     if primary and not os.environ.get(DAGSTER_PIPES_CONTEXT_ENV_VAR):  # under Pipes it goes back through it
         print(json.dumps(summary, indent=2))
     return 0
@@ -143,18 +163,12 @@ def local_sources(mixture: MixtureConfig) -> MixtureConfig:
     return mixture.model_copy(update={"sources": sources})
 
 
-def run_local_group(args: argparse.Namespace) -> int:
-    """This command without ``--num-processes``, as processes 0..N-1 of one JAX cluster on this machine."""
+def run_local_group(launch: TrainLaunch, num_processes: int, devices_per_process: int) -> int:
+    """The run as processes 0..N-1 of one JAX cluster on this machine, each on the run's launch file."""
     from marin_pipelines.train.distributed import ProcessGroupFailed, launch_local_group
 
-    command = [sys.executable, "-m", "marin_pipelines.train", "--config", args.config]
-    command += ["--data", args.data, "--out", args.out]
-    if args.steps is not None:
-        command += ["--steps", str(args.steps)]
-    if args.quiet:
-        command.append("--quiet")
     try:
-        launch_local_group(command, args.num_processes or 1, args.devices_per_process or 1)
+        launch_local_group([sys.executable, *launch.write()], num_processes, devices_per_process)
     except ProcessGroupFailed as e:
         print(f"marin-pipelines: error: {e}", file=sys.stderr)
         return 1

@@ -36,6 +36,7 @@ from dagster import (
 
 from marin_pipelines.documents import Funnel
 from marin_pipelines.engine import LocalEngine
+from marin_pipelines.evals.launch_config import EvalLaunch
 from marin_pipelines.execution_record import write_record
 from marin_pipelines.experiment import Experiment
 from marin_pipelines.resources.engine import engine_of
@@ -43,6 +44,7 @@ from marin_pipelines.resources.launcher import LauncherResource
 from marin_pipelines.resources.store import VERSION_KEY
 from marin_pipelines.steps import InputError, Step, StepContext, build_step
 from marin_pipelines.store import Artifact
+from marin_pipelines.train.launch_config import TrainingLaunch
 
 log = logging.getLogger(__name__)
 EXPERIMENT_TAG = "marin/experiment.{}"  # one tag per experiment that uses the step
@@ -107,14 +109,11 @@ class BoundLauncher:
     def __init__(self, resource: LauncherResource, context: AssetExecutionContext):
         self.resource, self.context = resource, context
 
-    def train(self, config_file: str, data_dir: str, out_dir: str) -> list[Any]:
-        return self.resource.train(self.context, config_file, data_dir, out_dir)
+    def train(self, launch: TrainingLaunch) -> list[Any]:
+        return self.resource.train(self.context, launch)
 
-    def sft(self, *args: Any) -> list[Any]:
-        return self.resource.sft(self.context, *args)
-
-    def evaluate(self, *args: Any) -> list[Any]:
-        return self.resource.evaluate(self.context, *args)
+    def evaluate(self, launch: EvalLaunch) -> list[Any]:
+        return self.resource.evaluate(self.context, launch)
 
 
 def launch_retry_policy() -> RetryPolicy:

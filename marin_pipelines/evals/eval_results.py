@@ -17,6 +17,8 @@ from marin_pipelines.tokenize.tokenized_cache import TokenCache
 from marin_pipelines.tokenize.tokenizer import EOS
 from marin_pipelines.train.model import Llama
 
+EVAL_BATCH_SIZE = 16  # sequences per forward pass of an evaluation, unless it is told otherwise
+
 
 @nnx.jit
 def _token_nll(model: Llama, inputs: jax.Array, targets: jax.Array) -> jax.Array:

@@ -32,6 +32,7 @@ from lm_eval.api.model import LM  # noqa: E402
 from lm_eval.utils import get_rolling_token_windows, make_disjoint_window  # noqa: E402
 from tokenizers import Tokenizer  # noqa: E402
 
+from marin_pipelines.evals.eval_results import EVAL_BATCH_SIZE  # noqa: E402
 from marin_pipelines.tokenize.chat_data import ChatTemplate  # noqa: E402
 from marin_pipelines.tokenize.tokenizer import EOS  # noqa: E402
 from marin_pipelines.train.model import Llama  # noqa: E402
@@ -73,7 +74,11 @@ class JaxLM(LM):
     (a template over the same tokenizer) a chat model that lm-eval may prompt through its template."""
 
     def __init__(
-        self, model: Llama, tokenizer: Tokenizer, batch_size: int = 16, chat: ChatTemplate | None = None
+        self,
+        model: Llama,
+        tokenizer: Tokenizer,
+        batch_size: int = EVAL_BATCH_SIZE,
+        chat: ChatTemplate | None = None,
     ):
         super().__init__()
         if batch_size < 1:

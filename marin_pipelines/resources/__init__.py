@@ -6,9 +6,9 @@ from typing import Any
 
 from marin_pipelines.resources.annotator import AnnotatorResource
 from marin_pipelines.resources.engine import engine_from_env
-from marin_pipelines.resources.launcher import STORE_ROOT
 from marin_pipelines.resources.launcher_env import launcher_from_env
 from marin_pipelines.resources.store import ArtifactIOManager, ArtifactStoreResource
+from marin_pipelines.store import STORE_ROOT
 
 
 def default_resources(store_root: str | None = None) -> dict[str, Any]:

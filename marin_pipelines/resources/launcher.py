@@ -1,11 +1,12 @@
 """Where training and evaluation run: a subprocess here (``LocalLauncher``) or a pod on Kubernetes
 (``K8sLauncher``).
 
-Both run the package's entry points under Dagster Pipes: ``python -m marin_pipelines.train --config FILE
---data CACHE --out DIR`` streams its logged steps back while it trains and writes the checkpoint into
-``--out``; ``python -m marin_pipelines.evals --checkpoint DIR ... --out FILE`` sends its progress and a
-summary, and writes the results JSON to ``--out``. On Kubernetes those paths must be shared with the pod:
-a ``gs://`` store, or the store on a mounted volume (see ``volume_claim``), exactly as the artifact store is.
+Both run the command line under Dagster Pipes on one config file that they write beside the child's output
+(``train/launch_config.py``): ``python -m marin_pipelines.cli train --step-config FILE`` (or ``sft``)
+streams its logged steps back while it trains into its folder; ``python -m marin_pipelines.cli eval
+--step-config FILE`` sends its progress and a summary, and writes the results JSON. On Kubernetes those
+paths must be shared with the pod: a ``gs://`` store, or the store on a mounted volume (see
+``volume_claim``), exactly as the artifact store is.
 
 ``pool()`` names the Dagster concurrency pool of the launcher's accelerator, so that the instance can
 limit how many runs use one kind of accelerator at once.
@@ -24,28 +25,18 @@ from typing import Any, Literal
 from dagster import AssetExecutionContext, ConfigurableResource, PipesSubprocessClient
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from marin_pipelines.evals.checkpoint_eval import EvalConfig, with_heldout
+from marin_pipelines.evals.launch_config import EvalLaunch
 from marin_pipelines.resources.multi_host import HostGroup, env_list, jobset
+from marin_pipelines.store import STORE_ROOT
+from marin_pipelines.train.launch_config import TrainingLaunch
 
-TRAIN_COMMAND = ("-m", "marin_pipelines.train")
-SFT_COMMAND = ("-m", "marin_pipelines.cli", "sft")
-EVAL_COMMAND = ("-m", "marin_pipelines.evals")
 # lm-eval's and datasets' progress bars: an evaluation of the shipped tasks takes seconds, its bars are noise
 QUIET_EVAL_ENV = {"TQDM_DISABLE": "1", "HF_DATASETS_DISABLE_PROGRESS_BARS": "1"}
-STORE_ROOT = "MARIN_STORE_ROOT"
 # the run worker's own pod, from the downward API (deploy/helm/values.yaml: runK8sConfig.containerConfig)
 RUN_POD = ("MARIN_RUN_POD_NAME", "MARIN_RUN_POD_UID", "MARIN_RUN_POD_NAMESPACE")
 POOL_PREFIX = "accelerator/"
 QUANTITY = re.compile(r"\d+(\.\d+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?")
 TOPOLOGY = re.compile(r"\d+(x\d+){1,2}")
-
-
-def train_args(
-    config_file: str | Path, data_dir: str | Path, out_dir: str | Path, progress_bar: bool = False
-) -> list[str]:
-    """The training entry point's arguments (paths as given: a ``gs://`` URL stays one)."""
-    args = [*TRAIN_COMMAND, "--config", str(config_file), "--data", str(data_dir), "--out", str(out_dir)]
-    return args if progress_bar else [*args, "--quiet"]
 
 
 class LauncherResource(ConfigurableResource):
@@ -83,61 +74,19 @@ class LauncherResource(ConfigurableResource):
         ``accelerator/tpu-v5-lite-podslice-2x4``: runs that train or evaluate on it take a slot."""
         return f"{POOL_PREFIX}cpu"
 
-    def train(
-        self, context: AssetExecutionContext, config_file: Path, data_dir: Path, out_dir: Path
-    ) -> list[Any]:
-        return self.launch_training(context, train_args(config_file, data_dir, out_dir, self.progress_bar()))
-
-    def sft(
-        self,
-        context: AssetExecutionContext,
-        base_dir: str,
-        data_files: list[str],
-        config_file: str,
-        template_file: str,
-        heldout: list[str],
-        out_dir: str,
-    ) -> list[Any]:
-        """Fine-tune ``base_dir`` on chat data as ``marin-pipelines sft`` does, comparing on ``heldout``."""
-        args = [*SFT_COMMAND, "--base", base_dir, "--data", *data_files, "--config", config_file]
-        args += ["--chat-template", template_file, "--out", out_dir]
-        if heldout:
-            args += ["--heldout", *heldout]
-        return self.launch_training(context, args if self.progress_bar() else [*args, "--quiet"])
+    def train(self, context: AssetExecutionContext, launch: TrainingLaunch) -> list[Any]:
+        """A training or fine-tuning run (``TrainLaunch``, ``SFTLaunch``), drawing its progress bar where
+        this launcher's runs are watched; the steps it reported."""
+        launch = launch.model_copy(update={"progress_bar": self.progress_bar()})
+        return self.launch_training(context, launch.write())
 
     def launch_training(self, context: AssetExecutionContext, args: list[str]) -> list[Any]:
-        """A training process (``train`` or ``sft``): here one, like any launch."""
+        """A training process: here one, like any launch."""
         return self.launch(context, args)
 
-    def evaluate(
-        self,
-        context: AssetExecutionContext,
-        checkpoint_dir: Path,
-        tokenizer_file: Path,
-        bpb_sets: dict[str, list[str]],
-        config: EvalConfig,
-        batch_size: int,
-        out_file: Path,
-    ) -> list[Any]:
-        """Bits per byte on ``bpb_sets`` (name -> caches / text) and ``config``'s held-out sets, ``config``'s
-        lm-eval tasks and chat sets, written to ``out_file`` as ``marin-pipelines eval`` writes them (the sets
-        as ``--bpb NAME=PATH,...``, ``--chat NAME=PATH,...``)."""
-        args = [*EVAL_COMMAND, "--checkpoint", str(checkpoint_dir), "--tokenizer", str(tokenizer_file)]
-        sets = with_heldout(bpb_sets, config)
-        if sets:
-            args += ["--bpb", *(f"{name}={','.join(paths)}" for name, paths in sets.items())]
-        if config.tasks:
-            args += ["--tasks", ",".join(config.tasks)]
-        for folder in config.include_paths:
-            args += ["--include-path", folder]
-        if config.limit is not None:
-            args += ["--limit", str(config.limit)]
-        if config.chat:
-            args += ["--chat", *(f"{name}={','.join(paths)}" for name, paths in config.chat.items())]
-        if config.chat_tasks:
-            args.append("--chat-tasks")
-        args += ["--batch-size", str(batch_size), "--out", str(out_file)]
-        return self.launch(context, args, QUIET_EVAL_ENV)
+    def evaluate(self, context: AssetExecutionContext, launch: EvalLaunch) -> list[Any]:
+        """An evaluation, which writes its results file; its progress lines and summary message."""
+        return self.launch(context, launch.write(), QUIET_EVAL_ENV)
 
 
 class LocalLauncher(LauncherResource):

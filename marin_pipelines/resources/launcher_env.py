@@ -19,13 +19,8 @@ from collections.abc import Mapping
 
 from pydantic import ValidationError
 
-from marin_pipelines.resources.launcher import (
-    QUANTITY,
-    STORE_ROOT,
-    K8sLauncher,
-    LauncherResource,
-    LocalLauncher,
-)
+from marin_pipelines.resources.launcher import QUANTITY, K8sLauncher, LauncherResource, LocalLauncher
+from marin_pipelines.store import STORE_ROOT
 
 LAUNCHER = "MARIN_LAUNCHER"
 LAUNCHERS = ("local", "k8s")

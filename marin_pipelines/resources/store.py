@@ -9,8 +9,7 @@ from dagster import (
 )
 from pydantic import Field
 
-from marin_pipelines.experiment import default_store_root
-from marin_pipelines.store import Artifact, ArtifactStore
+from marin_pipelines.store import Artifact, ArtifactStore, default_store_root
 
 VERSION_KEY = "marin/version"
 

@@ -23,7 +23,8 @@ from marin_pipelines.evals.checkpoint_eval import (
     scores,
 )
 from marin_pipelines.evals.comparison import Variant, compare_variants
-from marin_pipelines.evals.eval_results import combine_bpb
+from marin_pipelines.evals.eval_results import EVAL_BATCH_SIZE, combine_bpb
+from marin_pipelines.evals.launch_config import EvalLaunch
 from marin_pipelines.stages.sft import HELDOUT_CHATS
 from marin_pipelines.steps import Check, StepContext, stage
 from marin_pipelines.store import Artifact, PendingArtifact, read_url
@@ -39,7 +40,7 @@ class EvalStepConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     evals: EvalConfig = Field(EvalConfig(), description="held-out bits-per-byte sets and lm-eval tasks")
-    batch_size: int = Field(16, ge=1)
+    batch_size: int = Field(EVAL_BATCH_SIZE, ge=1)
 
 
 def heldout_content(config: EvalStepConfig) -> Any:
@@ -88,12 +89,14 @@ def eval_results(
     evals = config.evals.model_copy(update={"chat": {**config.evals.chat, **chats}})
     results_file = f"{out.work}/{RESULTS}"  # the child may be a pod: it writes into the store
     messages = ctx.launcher.evaluate(
-        checkpoint.url,
-        f"{tokenizer.url}/{TOKENIZER_FILE}",
-        sets,
-        evals,
-        config.batch_size,
-        results_file,
+        EvalLaunch(
+            checkpoint=checkpoint.url,
+            tokenizer=f"{tokenizer.url}/{TOKENIZER_FILE}",
+            bpb=sets,
+            evals=evals,
+            batch_size=config.batch_size,
+            out=results_file,
+        )
     )
     results = json.loads(read_url(results_file))
     out.keep_work()

@@ -18,7 +18,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from marin_pipelines.evals.checkpoint_eval import EvalConfig
+from marin_pipelines.evals.eval_results import EVAL_BATCH_SIZE
+from marin_pipelines.evals.launch_config import EvalLaunch
 from marin_pipelines.scaling.downstream import (
     DownstreamForecast,
     downstream_error,
@@ -58,7 +59,7 @@ class SpeedrunConfig(BaseModel):
     submissions: list[str] = Field(
         default_factory=list, description="speedrun submissions (names under experiments/speedrun/) to run"
     )
-    eval_batch_size: int = Field(16, ge=1)
+    eval_batch_size: int = Field(EVAL_BATCH_SIZE, ge=1)
 
     @field_validator("submissions")
     @classmethod
@@ -94,9 +95,14 @@ def speedrun_leaderboard(
         summary = launch_training(run_dir, tokenized_cache, ctx.launcher, MixtureConfig(), model, train)
         evals = f"{run_dir}/eval.json"
         tokenizer_file = f"{tokenizer.url}/{TOKENIZER_FILE}"
-        ctx.launcher.evaluate(
-            run_dir, tokenizer_file, validation, EvalConfig(), config.eval_batch_size, evals
+        launch = EvalLaunch(
+            checkpoint=run_dir,
+            tokenizer=tokenizer_file,
+            bpb=validation,
+            batch_size=config.eval_batch_size,
+            out=evals,
         )
+        ctx.launcher.evaluate(launch)
         bpb = json.loads(read_url(evals))["bpb"]["validation"]["bits_per_byte"]
         result = submission_result(submission, budget, summary, bpb)
         write_url(f"{run_dir}/results.json", json.dumps(result, indent=2))

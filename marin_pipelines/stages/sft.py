@@ -11,21 +11,20 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from marin_pipelines.evals.checkpoint_eval import heldout_fingerprint
 from marin_pipelines.stages.train import LOSS_CHECK
 from marin_pipelines.steps import InputError, StepContext, stage
-from marin_pipelines.store import Artifact, PendingArtifact, read_url, write_url
+from marin_pipelines.store import Artifact, PendingArtifact, read_url
 from marin_pipelines.tokenize import demo_chat
 from marin_pipelines.tokenize.chat_data import DEFAULT_TEMPLATE, ChatStats, read_conversations
 from marin_pipelines.tokenize.demo_chat import DemoChatConfig, build_demo_chat
 from marin_pipelines.train import sft as run_files
 from marin_pipelines.train import train_config as train_files
+from marin_pipelines.train.launch_config import SFTLaunch
 from marin_pipelines.train.train_config import TrainConfig
 
-SFT_CONFIG_FILE = "sft.yaml"
 TRAIN_CHATS, HELDOUT_CHATS = demo_chat.TRAIN_FILE, demo_chat.HELDOUT_FILE  # the files of any chat_data
 
 
@@ -89,16 +88,16 @@ def sft_checkpoint(
     """The checkpoint fine-tuned on the chat data (assistant tokens only), with the held-out chat loss of the
     base and the tuned model side by side."""
     work = str(out.work).rstrip("/")
-    write_url(f"{work}/{SFT_CONFIG_FILE}", yaml.safe_dump({"train": config.train.model_dump(mode="json")}))
-    write_url(f"{work}/{train_files.CHAT_TEMPLATE_FILE}", config.chat_template)
     heldout = [f"{chat_data.url}/{HELDOUT_CHATS}"] if chat_data.metadata.get("heldout_conversations") else []
-    ctx.launcher.sft(
-        checkpoint.url,
-        [f"{chat_data.url}/{TRAIN_CHATS}"],
-        f"{work}/{SFT_CONFIG_FILE}",
-        f"{work}/{train_files.CHAT_TEMPLATE_FILE}",
-        heldout,
-        work,
+    ctx.launcher.train(
+        SFTLaunch(
+            base=checkpoint.url,
+            data=[f"{chat_data.url}/{TRAIN_CHATS}"],
+            train=config.train,
+            chat_template=config.chat_template,
+            heldout=heldout,
+            out=work,
+        )
     )
     out.metadata.update(json.loads(read_url(f"{work}/{train_files.TRAIN_FILE}"))["summary"])
     out.metadata["data"] = json.loads(read_url(f"{work}/{run_files.SFT_DATA_FILE}"))

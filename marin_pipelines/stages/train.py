@@ -19,11 +19,10 @@ from marin_pipelines.steps import Check, InputError, Launcher, StepContext, stag
 from marin_pipelines.store import Artifact, PendingArtifact, read_url
 from marin_pipelines.tokenize.data_mixture import MixtureConfig
 from marin_pipelines.tokenize.tokenized_cache import TokenCache
+from marin_pipelines.train.launch_config import TrainLaunch
 from marin_pipelines.train.model import MODEL_SIZES, LlamaConfig, preset
 from marin_pipelines.train.run_config import RunConfig
 from marin_pipelines.train.train_config import LOSS_CURVE_FILE, TRAIN_FILE, TrainConfig
-
-RUN_CONFIG_FILE = "run.yaml"
 
 
 class ModelChoice(BaseModel):
@@ -169,11 +168,10 @@ def launch_training(
     model: LlamaConfig,
     config: TrainConfig,
 ) -> dict[str, Any]:
-    """Write the run's YAML into ``run_dir`` (a path or URL), train it there through the launcher (which
-    resumes a run already begun there); its summary."""
-    config_file = f"{run_dir}/{RUN_CONFIG_FILE}"
-    RunConfig(model=model.model_dump(), train=config, data=mixture).dump(config_file)
-    launcher.train(config_file, cache.url, run_dir)
+    """Train the run in ``run_dir`` (a path or URL) through the launcher (which resumes a run already begun
+    there); its summary."""
+    run = RunConfig(model=model.model_dump(), train=config, data=mixture)
+    launcher.train(TrainLaunch(run=run, data=cache.url, out=run_dir))
     return json.loads(read_url(f"{run_dir}/{TRAIN_FILE}"))["summary"]
 
 

@@ -62,7 +62,7 @@ def test_checkpoints_are_written_and_read_on_the_bucket(on_bucket):
     run, evaluation = experiment.step("gcs/run"), experiment.step("gcs/eval")
     checkpoint = store.get(run.key, run.version)
     names = {entry["name"] for entry in checkpoint.manifest["files"]}
-    assert {"train.json", "metrics.jsonl", "run.yaml", "tokenizer.json"} <= names
+    assert {"train.json", "metrics.jsonl", "train_launch.json", "tokenizer.json"} <= names
     assert any(name.startswith("checkpoints/20/") for name in names)  # orbax's last step, on gs://
     assert checkpoint.metadata["resumed_from_step"] == 0
     scores = store.get(evaluation.key, evaluation.version).metadata

@@ -27,7 +27,8 @@ def training_children(work: str) -> list[int]:
             cmdline = (proc / "cmdline").read_bytes().split(b"\0")
         except (OSError, ValueError):
             continue
-        if b"marin_pipelines.train" in cmdline and any(work.encode() in arg for arg in cmdline):
+        launched = cmdline[1:4] == [b"-m", b"marin_pipelines.cli", b"train"]
+        if launched and any(work.encode() in arg for arg in cmdline):
             pids.append(int(proc.name))
     return pids
 

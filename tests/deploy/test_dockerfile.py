@@ -107,10 +107,9 @@ def test_the_default_command_serves_the_module_the_helm_values_name(dockerfile):
     assert name == dg["code_location_name"]  # else every load of the location warns that they differ
     assert str(deployment["port"]) == cmd[cmd.index("-p") + 1]
     assert importlib.util.find_spec(module) is not None
-    # no ENTRYPOINT: a pod's command (python -m marin_pipelines.train ...) replaces the default whole
+    # no ENTRYPOINT: a pod's command (python -m marin_pipelines.cli train ...) replaces the default whole
     assert not [word for word, _ in dockerfile if word == "ENTRYPOINT"]
-    for entry in ("marin_pipelines.train", "marin_pipelines.evals"):
-        assert importlib.util.find_spec(f"{entry}.__main__") is not None
+    assert importlib.util.find_spec("marin_pipelines.cli.__main__") is not None
 
 
 def test_a_misspelt_instruction_is_refused():

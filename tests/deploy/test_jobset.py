@@ -10,7 +10,6 @@ import yaml
 from kubernetes.client import V1JobTemplateSpec, V1ObjectMeta
 from pydantic import BaseModel, ConfigDict
 
-from marin_pipelines.resources.launcher import train_args
 from marin_pipelines.resources.launcher_env import launcher_from_env
 from marin_pipelines.resources.multi_host import NODE_POOL, k8s_model
 
@@ -101,9 +100,8 @@ def manifest(marin_env, monkeypatch, capsys) -> dict[str, Any]:
 def test_two_slices_of_the_launchers_pods_joined_by_megascale(manifest, marin_env):
     jobset, (slice_job,) = checked(manifest)
     launcher = launcher_from_env({**marin_env, **SLICES})
-    assert manifest == launcher.multislice_jobset(
-        "big-run", train_args("gs://b/big.yaml", "gs://b/c", "gs://b/o"), 2
-    )
+    command = ["-m", "marin_pipelines.cli", "train", "--config", "gs://b/big.yaml", "--data", "gs://b/c"]
+    assert manifest == launcher.multislice_jobset("big-run", [*command, "--out", "gs://b/o", "--quiet"], 2)
     assert jobset.metadata["annotations"] == {"alpha.jobset.sigs.k8s.io/exclusive-topology": NODE_POOL}
     assert jobset.spec.replicatedJobs[0].replicas == 2 and jobset.spec.network.enableDNSHostnames
     assert (slice_job.spec.completion_mode, slice_job.spec.completions, slice_job.spec.parallelism) == (
@@ -116,7 +114,7 @@ def test_two_slices_of_the_launchers_pods_joined_by_megascale(manifest, marin_en
     assert pod.node_selector == base["nodeSelector"] and pod.service_account_name == "marin-train"
     (container,) = pod.containers
     assert container.resources.limits["google.com/tpu"] == "4"
-    assert container.command[:3] == ["python", "-m", "marin_pipelines.train"]
+    assert container.command[:4] == ["python", "-m", "marin_pipelines.cli", "train"]
     env = {e.name: e for e in container.env}
     assert (
         env["MARIN_DISTRIBUTED"].value == "auto" and "MARIN_NUM_PROCESSES" not in env
@@ -147,4 +145,4 @@ def test_a_jobset_needs_tpu_slices(marin_env):
         {**marin_env, "MARIN_K8S_ACCELERATOR": "gpu", "MARIN_K8S_GPU_TYPE": "nvidia-h100-80gb"}
     )
     with pytest.raises(ValueError, match="needs accelerator 'tpu', not 'gpu'"):
-        gpus.multislice_jobset("big-run", ["-m", "marin_pipelines.train"], 2)
+        gpus.multislice_jobset("big-run", ["-m", "marin_pipelines.cli", "train"], 2)

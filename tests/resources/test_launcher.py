@@ -21,11 +21,17 @@ from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
 from marin_pipelines.cli import eval as eval_cli
+from marin_pipelines.cli import sft as sft_cli
+from marin_pipelines.cli import train as train_cli
 from marin_pipelines.evals.checkpoint_eval import EvalConfig
+from marin_pipelines.evals.launch_config import EvalLaunch
 from marin_pipelines.resources import default_resources
 from marin_pipelines.resources.launcher import K8sLauncher, LocalLauncher
 from marin_pipelines.resources.launcher_env import launcher_from_env
 from marin_pipelines.resources.multi_host import COORDINATOR_PORT, LAUNCH_LABEL, NODE_POOL, k8s_model
+from marin_pipelines.train.launch_config import SFTLaunch, TrainLaunch
+from marin_pipelines.train.run_config import RunConfig
+from marin_pipelines.train.train_config import TrainConfig
 
 
 def validated(spec: dict) -> V1PodSpec:
@@ -152,7 +158,32 @@ def cluster(monkeypatch) -> Cluster:
     return stand_in
 
 
-def test_k8s_evaluate_runs_the_eval_entry_point_on_the_training_pod_spec(cluster):
+@pytest.fixture
+def run(tmp_path) -> TrainLaunch:
+    """A training run in a folder of the store (here a temporary one: the launcher writes its file there)."""
+    return TrainLaunch(run=RunConfig(model={"size": "nano"}), data=f"{tmp_path}/cache", out=f"{tmp_path}/run")
+
+
+def evaluation(folder: Path, **fields) -> EvalLaunch:
+    """An evaluation of a checkpoint on a cache's validation split, its results in ``folder``."""
+    return EvalLaunch(
+        checkpoint="/store/demo/checkpoint/_/v1",
+        bpb={"web": ["/store/demo/tokenized_cache/_/v3"]},
+        out=f"{folder}/results.json",
+        **fields,
+    )
+
+
+def command_args(command: list[str], cli) -> argparse.Namespace:
+    """What the command line in the pod parses from ``python -m marin_pipelines.cli COMMAND ...``."""
+    assert command[:3] == ["python", "-m", "marin_pipelines.cli"]
+    parser = argparse.ArgumentParser()
+    cli.register(parser.add_subparsers())
+    return parser.parse_args(command[3:])
+
+
+def test_k8s_evaluate_runs_the_eval_command_on_the_training_pod_spec(cluster, run, tmp_path):
+    """The launcher writes the child's one config file; the command in the pod reads the same config."""
     launcher = K8sLauncher(**TPU, compilation_cache="/store/jax_cache")
     config = EvalConfig(
         tasks=["marin_python_mc", "marin_python_qa"],
@@ -160,18 +191,13 @@ def test_k8s_evaluate_runs_the_eval_entry_point_on_the_training_pod_spec(cluster
         include_paths=["/store/tasks"],
         limit=50,
     )
+    launch = evaluation(
+        tmp_path, tokenizer="/store/demo/tokenizer/_/v2/tokenizer.json", evals=config, batch_size=32
+    )
     with pytest.raises(Launched):
-        launcher.evaluate(
-            None,
-            Path("/store/demo/checkpoint/_/v1"),
-            Path("/store/demo/tokenizer/_/v2/tokenizer.json"),
-            {"web": ["/store/demo/tokenized_cache/_/v3"]},
-            config,
-            32,
-            Path("/store/demo/eval_results/_/.v4.tmp/results.json"),
-        )
+        launcher.evaluate(None, launch)
     with pytest.raises(Launched):
-        launcher.train(None, Path("/store/run.yaml"), Path("/store/cache"), Path("/store/out"))
+        launcher.train(None, run)
     evaluate, train = cluster.pods
     assert (
         evaluate.spec.node_selector
@@ -181,30 +207,32 @@ def test_k8s_evaluate_runs_the_eval_entry_point_on_the_training_pod_spec(cluster
     container = evaluate.spec.containers[0]
     assert container.resources.limits["google.com/tpu"] == "8"
     assert {e.name: e.value for e in container.env}["JAX_COMPILATION_CACHE_DIR"] == "/store/jax_cache"
-    assert train.spec.containers[0].command[:3] == ["python", "-m", "marin_pipelines.train"]
-    assert "--quiet" in train.spec.containers[0].command  # a pod's log is no terminal: no progress bar
     assert {e.name: e.value for e in container.env}["TQDM_DISABLE"] == "1"
     command = evaluate.spec.containers[0].command
-    assert command[:3] == ["python", "-m", "marin_pipelines.evals"]
+    assert command == ["python", "-m", "marin_pipelines.cli", "eval", "--step-config", launch.file]
+    assert launch.file == f"{tmp_path}/eval_launch.json"  # beside the results
+    assert eval_cli.eval_launch(command_args(command, eval_cli)) == launch
 
-    parser = argparse.ArgumentParser()  # what the entry point in the pod reads from that command
-    eval_cli.register(parser.add_subparsers())
-    args = parser.parse_args(["eval", *command[3:]])
-    assert args.bpb == [("web", ["/store/demo/tokenized_cache/_/v3"]), ("paloma", config.heldout["paloma"])]
-    assert args.tasks == config.tasks and args.limit == 50 and args.batch_size == 32
-    assert args.include_path == [Path("/store/tasks")]
-    assert str(args.checkpoint) == "/store/demo/checkpoint/_/v1"
-    assert str(args.tokenizer) == "/store/demo/tokenizer/_/v2/tokenizer.json"
-    assert str(args.out) == "/store/demo/eval_results/_/.v4.tmp/results.json"
+    trained = train_cli.train_launch(command_args(train.spec.containers[0].command, train_cli))
+    assert trained == run and not trained.progress_bar  # a pod's log is no terminal: no progress bar
 
 
-def test_a_heldout_set_named_like_a_mixture_source_is_refused_before_launching(cluster):
+def test_a_step_config_stands_in_for_the_flags_never_beside_them(run):
+    def parse(*flags: str) -> argparse.Namespace:
+        return command_args(["python", "-m", "marin_pipelines.cli", "train", *flags], train_cli)
+
+    with pytest.raises(ValueError, match="--step-config holds the whole run: give it without --data"):
+        train_cli.train_launch(parse("--step-config", run.file, "--data", "/store/cache"))
+    with pytest.raises(ValueError, match="required: --data, --out \\(or --step-config\\)"):
+        train_cli.train_launch(parse("--config", "run.yaml"))
+    with pytest.raises(FileNotFoundError):
+        train_cli.train_launch(parse("--step-config", run.file))  # nothing written there yet
+
+
+def test_a_heldout_set_named_like_a_mixture_source_is_refused_before_launching(tmp_path):
     config = EvalConfig(heldout={"web": ["gs://lab/web.jsonl"]})
     with pytest.raises(ValueError, match="clash"):
-        K8sLauncher(**TPU).evaluate(
-            None, Path("/c"), Path("/t.json"), {"web": ["/cache"]}, config, 8, Path("/r.json")
-        )
-    assert not cluster.calls
+        evaluation(tmp_path, evals=config)
 
 
 def test_each_launcher_names_the_pool_of_its_accelerator():
@@ -215,12 +243,12 @@ def test_each_launcher_names_the_pool_of_its_accelerator():
     assert gpus.pool() == "accelerator/nvidia-h100-80gb"
 
 
-def test_a_pod_may_run_as_long_as_the_run_budget(cluster):
+def test_a_pod_may_run_as_long_as_the_run_budget(cluster, run):
     """PipesK8sClient's own default gives up after 24 hours; a training run may take days."""
     with pytest.raises(Launched):
-        K8sLauncher(**TPU).train(None, Path("/store/run.yaml"), Path("/store/cache"), Path("/store/out"))
+        K8sLauncher(**TPU).train(None, run)
     with pytest.raises(Launched):
-        K8sLauncher(**TPU, run_hours=0.5).train(None, Path("/r.yaml"), Path("/store/c"), Path("/store/o"))
+        K8sLauncher(**TPU, run_hours=0.5).train(None, run)
     (_, week_pod, week), (_, half_hour_pod, half_hour) = cluster.calls
     assert week == 7 * 24 * 3600 == week_pod.spec.active_deadline_seconds
     assert half_hour == 1800 == half_hour_pod.spec.active_deadline_seconds
@@ -228,7 +256,6 @@ def test_a_pod_may_run_as_long_as_the_run_budget(cluster):
 
 # a v5e slice of 4 hosts with 4 chips each
 SLICE = {**TPU, "tpu_topology": "4x4", "chips": 4, "hosts": 4, "namespace": "marin"}
-TRAIN = (Path("/store/run.yaml"), Path("/store/cache"), Path("/store/out"))
 
 
 def env_of(container) -> dict[str, str]:
@@ -237,15 +264,15 @@ def env_of(container) -> dict[str, str]:
 
 @pytest.mark.parametrize("pods_succeed", [True, False])
 def test_multi_host_training_creates_the_workers_first_and_removes_them_whatever_happens(
-    cluster, pods_succeed
+    cluster, pods_succeed, run
 ):
     cluster.pods_succeed = pods_succeed
     launcher = K8sLauncher(**SLICE)
     if pods_succeed:
-        assert launcher.train(None, *TRAIN) == [{"step": 1}]
+        assert launcher.train(None, run) == [{"step": 1}]
     else:
         with pytest.raises(Launched):
-            launcher.train(None, *TRAIN)
+            launcher.train(None, run)
     job, service = cluster.calls[0][3], cluster.calls[1][3]
     assert isinstance(job, V1Job) and isinstance(service, V1Service)  # real models, checked when built
     assert [call[:3] for call in cluster.calls if call[0] != "run pod"] == [
@@ -270,20 +297,20 @@ def test_multi_host_training_creates_the_workers_first_and_removes_them_whatever
         ("/api/v1/namespaces/marin/services", ["POST /apis/batch/v1/namespaces/marin/jobs", "DELETE"]),
     ],
 )
-def test_what_could_not_be_created_leaves_nothing_behind(cluster, refused, made_and_unmade):
+def test_what_could_not_be_created_leaves_nothing_behind(cluster, refused, made_and_unmade, run):
     cluster.refused.add(refused)
     with pytest.raises(ApiException, match="forbidden"):
-        K8sLauncher(**SLICE).train(None, *TRAIN)
+        K8sLauncher(**SLICE).train(None, run)
     assert [f"{method} {path}" if method == "POST" else method for method, path, *_ in cluster.calls] == (
         made_and_unmade
     )
     assert not cluster.pods
 
 
-def test_every_host_gets_its_process_id_and_process_0_as_coordinator(cluster):
+def test_every_host_gets_its_process_id_and_process_0_as_coordinator(cluster, run):
     """Process 0 is the pod PipesK8sClient runs (Dagster hears from it); the workers are the Job's."""
     with pytest.raises(Launched):
-        K8sLauncher(**SLICE).train(None, *TRAIN)
+        K8sLauncher(**SLICE).train(None, run)
     job, service = cluster.calls[0][3], cluster.calls[1][3]
     (leader,) = cluster.pods
     name = service.metadata.name
@@ -330,15 +357,17 @@ RUN_POD_ENV = {"MARIN_RUN_POD_NAME": "dagster-run-1234-x7", "MARIN_RUN_POD_UID":
 
 
 @pytest.mark.parametrize("namespace", ["marin", "elsewhere"])
-def test_what_is_launched_belongs_to_the_run_pod_in_its_namespace(cluster, monkeypatch, namespace):
+def test_what_is_launched_belongs_to_the_run_pod_in_its_namespace(
+    cluster, monkeypatch, namespace, run, tmp_path
+):
     """Terminated, or lost with its node, the run's pod takes its training pods along; a pod in another
     namespace cannot own them (Kubernetes would delete them at once), so then nothing is owned."""
     for name, value in {**RUN_POD_ENV, "MARIN_RUN_POD_NAMESPACE": namespace}.items():
         monkeypatch.setenv(name, value)
     with pytest.raises(Launched):
-        K8sLauncher(**SLICE).train(None, *TRAIN)
+        K8sLauncher(**SLICE).train(None, run)
     with pytest.raises(Launched):
-        K8sLauncher(**SLICE).evaluate(None, Path("/c"), Path("/t.json"), {}, EvalConfig(), 8, Path("/r.json"))
+        K8sLauncher(**SLICE).evaluate(None, evaluation(tmp_path))
     job = cluster.calls[0][3]
     owned = [job, *cluster.pods]
     owners = [[(o.kind, o.name, o.uid) for o in item.metadata.owner_references or []] for item in owned]
@@ -346,10 +375,10 @@ def test_what_is_launched_belongs_to_the_run_pod_in_its_namespace(cluster, monke
     assert owners == [expected] * 3
 
 
-def test_gpu_hosts_get_the_contract_without_tpu_variables(cluster):
+def test_gpu_hosts_get_the_contract_without_tpu_variables(cluster, run):
     launcher = K8sLauncher(image="marin:1", accelerator="gpu", gpu_type="nvidia-h100-80gb", chips=8, hosts=2)
     with pytest.raises(Launched):
-        launcher.train(None, *TRAIN)
+        launcher.train(None, run)
     job = cluster.calls[0][3]
     (leader,) = cluster.pods
     assert job.spec.completions == 1 and job.spec.template.spec.affinity is None
@@ -358,9 +387,9 @@ def test_gpu_hosts_get_the_contract_without_tpu_variables(cluster):
     assert job.spec.template.spec.containers[0].resources.limits["nvidia.com/gpu"] == "8"
 
 
-def test_evaluation_stays_one_pod_on_a_multi_host_launcher(cluster):
+def test_evaluation_stays_one_pod_on_a_multi_host_launcher(cluster, tmp_path):
     with pytest.raises(Launched):
-        K8sLauncher(**SLICE).evaluate(None, Path("/c"), Path("/t.json"), {}, EvalConfig(), 8, Path("/r.json"))
+        K8sLauncher(**SLICE).evaluate(None, evaluation(tmp_path))
     ((step, pod, _),) = cluster.calls
     assert step == "run pod" and pod.spec.hostname is None
     assert "MARIN_NUM_PROCESSES" not in env_of(pod.spec.containers[0])
@@ -461,23 +490,28 @@ def test_a_wrong_or_missing_variable_is_an_error_naming_it(update, message):
         launcher_from_env(env)
 
 
-def test_fine_tuning_runs_like_training_one_process_per_host(cluster):
+def test_fine_tuning_runs_like_training_one_process_per_host(cluster, tmp_path):
     """An SFT run is launched as training is: on a slice, the Job's workers and process 0 run the same
-    `sft` command (the module path an image has without the console script)."""
+    `sft` command on the same file."""
+    launch = SFTLaunch(
+        base="/store/base",
+        data=["/store/chat/train.jsonl"],
+        train=TrainConfig(steps=40),
+        chat_template="{{ messages }}",
+        out=f"{tmp_path}/sft",
+    )
     with pytest.raises(Launched):
-        K8sLauncher(**SLICE).sft(
-            None,
-            "/store/base",
-            ["/store/chat/train.jsonl"],
-            "/store/sft.yaml",
-            "/store/t.jinja",
-            [],
-            "/store/o",
-        )
+        K8sLauncher(**SLICE).train(None, launch)
     job = cluster.calls[0][3]
     (leader,) = cluster.pods
-    command = ["python", "-m", "marin_pipelines.cli", "sft", "--base", "/store/base"]
-    command += ["--data", "/store/chat/train.jsonl", "--config", "/store/sft.yaml"]
-    command += ["--chat-template", "/store/t.jinja", "--out", "/store/o", "--quiet"]
+    command = [
+        "python",
+        "-m",
+        "marin_pipelines.cli",
+        "sft",
+        "--step-config",
+        f"{tmp_path}/sft/sft_launch.json",
+    ]
     assert leader.spec.containers[0].command == command
     assert job.spec.template.spec.containers[0].command[-len(command) :] == command  # after its preamble
+    assert sft_cli.sft_launch(command_args(command, sft_cli)) == launch

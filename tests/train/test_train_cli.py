@@ -30,7 +30,8 @@ def train_command(config_file, cache, out) -> list[str]:
     return [
         sys.executable,
         "-m",
-        "marin_pipelines.train",
+        "marin_pipelines.cli",
+        "train",
         "--quiet",
         "--config",
         str(config_file),
