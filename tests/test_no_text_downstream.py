@@ -13,7 +13,7 @@ from bad_warcs import pages, prose, write_warc
 from dagster import DagsterEventType, DagsterInstance
 
 from marin_pipelines.cli import main
-from marin_pipelines.cli.demo import root_cause
+from marin_pipelines.cli.local_runs import root_cause
 from marin_pipelines.defs.local_run import materialize_experiment
 from marin_pipelines.experiment import Experiment
 from marin_pipelines.experiments.defaults import (

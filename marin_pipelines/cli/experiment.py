@@ -51,7 +51,7 @@ def run_experiments(names: list[str], store_root: str | None, dry: bool = False)
 
     from dagster import DagsterInstance
 
-    from marin_pipelines.cli.demo import progress_to_stderr, root_cause
+    from marin_pipelines.cli.local_runs import progress_to_stderr, root_cause
     from marin_pipelines.defs.local_run import materialize_experiment
     from marin_pipelines.store import default_store_root
     from marin_pipelines.summary import experiment_summary

@@ -14,7 +14,7 @@ from bad_warcs import metadata_records, non_html_records, pages, record, respons
 from dagster import DagsterInstance
 
 from marin_pipelines.cli import main
-from marin_pipelines.cli.demo import root_cause
+from marin_pipelines.cli.local_runs import root_cause
 from marin_pipelines.crawl.snapshots import crawl_snapshots
 from marin_pipelines.crawl.web_documents import WebDocumentsConfig, read_web_documents
 from marin_pipelines.defs.local_run import materialize_experiment
