@@ -44,7 +44,7 @@ from tokenizers import Tokenizer
 from marin_pipelines.engine import Engine, LocalEngine, Progress
 from marin_pipelines.store import version_hash
 from marin_pipelines.tokenize.text_sources import TextChunk, find_text_files, read_chunk, text_chunks
-from marin_pipelines.tokenize.tokenizer import BOS, EOS, TOKENIZER_FILE
+from marin_pipelines.tokenize.tokenizer import BOS, EOS, TOKENIZER_FILE, NoText
 
 log = logging.getLogger(__name__)
 SPLITS = ("train", "validation")
@@ -67,10 +67,6 @@ class CacheConfig(BaseModel):
 
     validation_fraction: float = Field(0.05, gt=0, le=0.5, description="expected share of validation docs")
     seed: int = Field(0, ge=0, lt=1 << 64, description="seed of the id hash that assigns splits")
-
-
-class NoDocuments(ValueError):
-    """The inputs of a cache hold no document."""
 
 
 def split_key(doc_id: str, seed: int) -> float:
@@ -144,7 +140,7 @@ def build_cache(
         records[record["index"]] = record
     if not any(r[split]["documents"] for r in records.values() for split in SPLITS):
         files = len(find_text_files(inputs))
-        raise NoDocuments(f"no documents to tokenize in {', '.join(inputs)} (text files read: {files})")
+        raise NoText(f"no documents to tokenize in {', '.join(inputs)} (text files read: {files})")
     info = _assemble(records, work_dir, out_dir, config, vocab_size, eos_id)
     info.update(
         bos_id=tokenizer.token_to_id(BOS), tokenizer_hash=xxhash.xxh64_hexdigest(tokenizer_json.encode())

@@ -33,7 +33,7 @@ class TokenizerConfig(BaseModel):
 
 
 class NoText(ValueError):
-    """Nothing to train a tokenizer on: no documents, or only empty ones."""
+    """Nothing to train a tokenizer on or to tokenize into a cache: no documents, or only empty ones."""
 
 
 def train_tokenizer(texts: Iterable[str], config: TokenizerConfig) -> Tokenizer:
