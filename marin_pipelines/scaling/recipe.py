@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Annotated, Any, Literal, Protocol
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -89,24 +89,6 @@ class RecipeRun(LadderRun):
             ),
             "optimizer": self.optimizer,
         }
-
-
-class Recipe(Protocol):
-    """Budget (+ an IsoFLOP point's params, or a tokens-per-param ratio) -> a complete run."""
-
-    @property
-    def name(self) -> str: ...
-
-    def run(
-        self,
-        budget: float,
-        vocab_size: int,
-        seq_len: int,
-        *,
-        params: float | None = None,
-        tokens_per_param: float | None = None,
-        base: TrainConfig | None = None,
-    ) -> RecipeRun: ...
 
 
 def _check_request(budget: float, params: float | None, tokens_per_param: float | None) -> float | None:
@@ -368,13 +350,17 @@ class ConstantRecipe(BaseModel):
         )
 
 
-AnyRecipe = Annotated[DelphiRecipe | ConstantRecipe, Field(discriminator="name")]
+Recipe = DelphiRecipe | ConstantRecipe
+"""A scaling recipe: ``name``, and ``run(budget, vocab_size, seq_len, *, params=None, tokens_per_param=None,
+base=None) -> RecipeRun``, a complete run for a budget (at an IsoFLOP point's params, or a ratio)."""
+
+AnyRecipe = Annotated[Recipe, Field(discriminator="name")]
 """A config field that names a recipe and overrides its constants: ``{"name": "delphi", "head_dim": 32}``."""
 
-RECIPES: dict[str, DelphiRecipe | ConstantRecipe] = {r.name: r for r in (ConstantRecipe(), DelphiRecipe())}
+RECIPES: dict[str, Recipe] = {r.name: r for r in (ConstantRecipe(), DelphiRecipe())}
 
 
-def recipe(name: str, **overrides: Any) -> DelphiRecipe | ConstantRecipe:
+def recipe(name: str, **overrides: Any) -> Recipe:
     """The registered recipe ``name``, with constants overridden (validated: an unknown one is an error)."""
     if name not in RECIPES:
         raise ValueError(f"unknown recipe {name!r}; known recipes: {sorted(RECIPES)}")
