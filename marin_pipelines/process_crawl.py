@@ -23,7 +23,16 @@ from marin_pipelines.steps import StepContext, build_step
 from marin_pipelines.store import ArtifactStore
 
 EXPERIMENT = "process_crawl"
-DOCUMENT_STAGES = ("web_documents", "extracted_text", "filtered_text", "deduplicated_text")
+
+
+def document_stages() -> tuple[str, ...]:
+    """The chain's document stages in order, as its stages say (the chain declared over no file)."""
+    return tuple(
+        step.stage.name for step in listed_files_and_text(EXPERIMENT, [], "-") if step.stage.documents
+    )
+
+
+DOCUMENT_STAGES = document_stages()  # what bench/ and the tests read back
 
 
 def process_crawl(
@@ -55,4 +64,6 @@ def process_crawl(
             progress(f"{step.stage.name}: {artifacts[step.name].url}")
     if not artifacts[steps[-1].name].metadata["funnel"]["docs_out"]:
         note(f"no documents left: {where_documents_ran_out(store, steps[-1:])}")
-    return {step.stage.name: artifacts[step.name].metadata["funnel"] for step in steps[1:]}
+    return {
+        step.stage.name: artifacts[step.name].metadata["funnel"] for step in steps if step.stage.documents
+    }

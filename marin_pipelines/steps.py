@@ -35,8 +35,10 @@ if TYPE_CHECKING:  # the launch configs load JAX: not for every importer of step
 
 STEP_NAME = re.compile(r"[a-z][a-z0-9_]*(/[a-z][a-z0-9_]*)*")
 PACKAGE = Path(__file__).resolve().parent
+STEP_HELPERS = True  # see declared_at
 Partitioning = Literal["snapshot", "ladder"]
 CheckFn = Callable[[Artifact], tuple[bool, dict[str, Any]]]  # artifact -> (passed, metadata)
+FUNNEL_CHECK = "funnel"  # the check of every document stage: documents in == out + removed
 
 
 class StepError(ValueError):
@@ -123,6 +125,12 @@ class Stage:
     def description(self) -> str:
         return inspect.getdoc(self.run) or ""
 
+    @property
+    def documents(self) -> bool:
+        """A document stage: it writes document shards and their funnel (in, out, removed per reason), which
+        its funnel check holds to account."""
+        return FUNNEL_CHECK in self.checks
+
     @cached_property
     def inputs(self) -> tuple[dict[str, bool], bool]:
         """Input names (-> required) from ``run``'s signature, and whether it takes any others (``**``)."""
@@ -145,11 +153,13 @@ def stage(config: type[BaseModel], **options: Any) -> Callable[[Callable[..., No
 
 
 def declared_at() -> str:
-    """``file:line`` of the first caller outside this package's step machinery: where a step was declared."""
+    """``file:line`` of the first caller outside the step machinery: where a step was declared. The machinery
+    is this module, the modules of helpers that declare steps for their caller (they set ``STEP_HELPERS``),
+    and the ``__init__`` that dataclasses generate."""
     frame = sys._getframe(1)
-    # this module, the helpers, and the __init__ that dataclasses generate
-    internal = (str(PACKAGE / "steps.py"), str(PACKAGE / "experiments" / "defaults.py"), "<string>")
-    while frame is not None and frame.f_code.co_filename in internal:
+    while frame is not None and (
+        frame.f_globals.get("STEP_HELPERS") or frame.f_code.co_filename == "<string>"
+    ):
         frame = frame.f_back
     if frame is None:
         return "?"

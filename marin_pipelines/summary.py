@@ -17,8 +17,6 @@ from marin_pipelines.store import Artifact, ArtifactStore
 if TYPE_CHECKING:
     from marin_pipelines.defs.local_run import ExperimentRun
 
-DOCUMENT_STAGES = ("web_documents", "extracted_text", "filtered_text", "deduplicated_text", "curated_text")
-
 
 def experiment_summary(experiment: Experiment, store_root: str, run: ExperimentRun, seconds: float) -> str:
     store = ArtifactStore(store_root)
@@ -71,7 +69,7 @@ def experiment_summary(experiment: Experiment, store_root: str, run: ExperimentR
 
 
 def _funnels(experiment: Experiment, get) -> list[str]:
-    steps = [s for s in experiment.all_steps if s.stage.name in DOCUMENT_STAGES]
+    steps = [s for s in experiment.all_steps if s.stage.documents]
     if not steps:
         return []
     lines = ["documents per step (in -> kept; removed by reason):"]

@@ -15,6 +15,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from marin_pipelines.config_errors import describe
+from marin_pipelines.evals.eval_results import EVAL_BATCH_SIZE
 from marin_pipelines.scaling.isoflop_ladder import IsoflopLadderConfig
 from marin_pipelines.stages import crawl as crawl_stages
 from marin_pipelines.stages import evals as eval_stages
@@ -28,6 +29,7 @@ from marin_pipelines.stages import train as train_stages
 from marin_pipelines.steps import Stage, Step, StepError, declared_at
 
 Fields = dict[str, Any] | BaseModel | None
+STEP_HELPERS = True  # a step's declared_at() is the experiment's line that called these helpers
 
 
 def step(
@@ -284,7 +286,7 @@ def evaluate(
     checkpoint: Step,
     *,
     evals: Fields = None,
-    batch_size: int = 16,
+    batch_size: int = EVAL_BATCH_SIZE,
     also: dict[str, Step] | None = None,
     chat: dict[str, Step] | None = None,
 ) -> Step:
@@ -348,7 +350,7 @@ def isoflop_ladder(
     data_mixture: Fields = None,
     evals: Fields = None,
     also: dict[str, Step] | None = None,
-    batch_size: int = 16,
+    batch_size: int = EVAL_BATCH_SIZE,
 ) -> IsoflopLadder:
     """Per budget, the recipe's sweep of sizes around its compute-optimal one (with ``seeds`` seeds each),
     one partition per rung, and their evaluations (on ``also``'s validation splits too: downstream sets).
@@ -375,7 +377,7 @@ def forecast_target(
     downstream: list[str] | None = None,
     evals: Fields = None,
     also: dict[str, Step] | None = None,
-    batch_size: int = 16,
+    batch_size: int = EVAL_BATCH_SIZE,
 ) -> Target:
     """The recipe's run at the ladder's ``target_budget``, its loss (and each ``downstream`` score, e.g.
     ``bpb/NAME`` of an ``also`` set) forecast from the ladder first: the checkpoint runs after the forecast
@@ -423,7 +425,9 @@ def forecast_target(
     return Target(prediction, checkpoint, evaluation, law)
 
 
-def speedrun(name: str, tokens: TokenSteps, submissions: list[str], eval_batch_size: int = 16) -> Step:
+def speedrun(
+    name: str, tokens: TokenSteps, submissions: list[str], eval_batch_size: int = EVAL_BATCH_SIZE
+) -> Step:
     """The chosen speedrun submissions, trained at their budgets on the tokens and ranked."""
     _expect(tokens, TokenSteps, "tokens", name)
     config = {"submissions": submissions, "eval_batch_size": eval_batch_size}

@@ -24,11 +24,11 @@ from marin_pipelines.crawl.web_documents import (
     write_web_documents,
 )
 from marin_pipelines.documents import Document, Funnel, funnel_conserved, read_documents
-from marin_pipelines.steps import Check, InputError, Step, StepContext, stage, topological
+from marin_pipelines.steps import FUNNEL_CHECK, Check, InputError, Step, StepContext, stage, topological
 from marin_pipelines.store import Artifact, ArtifactStore, PendingArtifact
 
 Snapshots = dict[str, Artifact]  # an upstream's output for every crawl snapshot, by snapshot key
-FUNNEL = {"funnel": Check(funnel_conserved)}
+FUNNEL = {FUNNEL_CHECK: Check(funnel_conserved)}  # what makes a stage a document stage (Stage.documents)
 # a document stage: one output per crawl snapshot, its funnel checked, its units run on the engine resource
 PER_SNAPSHOT: dict[str, Any] = {
     "partitioning": "snapshot",

@@ -12,8 +12,8 @@ import platform
 from typing import Any
 
 from marin_pipelines.crawl.package_text import PackageTextConfig, build_package_corpus
-from marin_pipelines.documents import funnel_conserved
-from marin_pipelines.steps import Check, StepContext, stage
+from marin_pipelines.stages.crawl import FUNNEL
+from marin_pipelines.steps import StepContext, stage
 from marin_pipelines.store import PendingArtifact
 
 
@@ -35,7 +35,7 @@ def installed_versions(config: PackageTextConfig) -> dict[str, Any]:
 @stage(
     PackageTextConfig,
     kinds=("parquet",),
-    checks={"funnel": Check(funnel_conserved)},
+    checks=FUNNEL,
     fingerprint=installed_versions,
 )
 def package_text(ctx: StepContext, out: PendingArtifact, config: PackageTextConfig) -> None:
