@@ -13,6 +13,8 @@ from dagster import AssetExecutionContext, MaterializeResult, asset, materialize
 
 from marin_pipelines.cli import main
 from marin_pipelines.resources.launcher import LocalLauncher
+from marin_pipelines.train.launch_config import TrainLaunch
+from marin_pipelines.train.run_config import RunConfig
 
 
 def run_config(size: str, steps: int, warmup_steps: int, checkpoint_every: int, log_every: int) -> dict:
@@ -110,34 +112,23 @@ def test_train_command_errors_name_the_field(config_file, token_cache, tmp_path,
 
 
 def test_local_launcher_streams_metrics_through_pipes(token_cache, tmp_path):
-    config = tmp_path / "run.yaml"
     steps = 12
-    config.write_text(
-        yaml.safe_dump(
-            {
-                "model": {"size": "nano", "seq_len": 32},
-                "train": {
-                    "steps": steps,
-                    "batch_size": 8,
-                    "warmup_steps": 2,
-                    "log_every": 4,
-                    "peak_flops": 1e10,
-                },
-            }
-        )
-    )
+    train = {"steps": steps, "batch_size": 8, "warmup_steps": 2, "log_every": 4, "peak_flops": 1e10}
+    run = RunConfig(model={"size": "nano", "seq_len": 32}, train=train)
+    launch = TrainLaunch(run=run, data=str(token_cache), out=str(tmp_path / "out"))
     messages = []
 
     @asset
     def trained(context: AssetExecutionContext) -> MaterializeResult:
         launcher = LocalLauncher(env={"WANDB_MODE": "disabled"})
-        messages.extend(launcher.train(context, config, token_cache, tmp_path / "out"))
+        messages.extend(launcher.train(context, launch))
         return MaterializeResult(metadata={"reported": len(messages)})
 
     assert materialize([trained]).success
     assert [m["step"] for m in messages] == [0, 4, 8]
     assert all({"loss", "grad_norm", "lr", "tokens_per_s", "mfu", "skipped"} <= m.keys() for m in messages)
     assert (tmp_path / "out" / "train.json").is_file()
+    assert TrainLaunch.read(launch.file) == launch  # the one file the child ran on, beside its run
 
 
 def test_export_hf_writes_a_folder_that_loads_on_its_own(config_file, token_cache, tmp_path, capsys):
