@@ -1,12 +1,12 @@
 """Where training and evaluation run: a subprocess here (``LocalLauncher``) or a pod on Kubernetes
 (``K8sLauncher``).
 
-Both run the command line under Dagster Pipes on one config file that they write beside the child's output
-(``train/launch_config.py``): ``python -m marin_pipelines.cli train --step-config FILE`` (or ``sft``)
-streams its logged steps back while it trains into its folder; ``python -m marin_pipelines.cli eval
---step-config FILE`` sends its progress and a summary, and writes the results JSON. On Kubernetes those
-paths must be shared with the pod: a ``gs://`` store, or the store on a mounted volume (see
-``volume_claim``), exactly as the artifact store is.
+Both run the command line under Dagster Pipes on one config file that they write beside the child's
+output (``marin_pipelines/launch_config.py``): ``python -m marin_pipelines.cli train --step-config FILE``
+(or ``sft``) streams its logged steps back while it trains into its folder; ``python -m
+marin_pipelines.cli eval --step-config FILE`` sends its progress and a summary, and writes the results JSON.
+On Kubernetes those paths must be shared with the pod: a ``gs://`` store, or the store on a mounted volume
+(see ``volume_claim``), exactly as the artifact store is.
 
 ``pool()`` names the Dagster concurrency pool of the launcher's accelerator, so that the instance can
 limit how many runs use one kind of accelerator at once.

@@ -1,7 +1,7 @@
 """A training run as a file: the model (a named size, overridable, or a shape), TrainConfig, data mixture.
 
-This is what ``marin-pipelines train --config FILE`` reads and what the checkpoint assets write for
-the launcher, so a run on a laptop and a run in a pod start from the same YAML.
+This is what ``marin-pipelines train --config FILE`` reads and what the checkpoint assets hand the launched
+child (inside its ``TrainLaunch``), so a run on a laptop and a run in a pod start from the same config.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from marin_pipelines.config_errors import describe, field_problems
-from marin_pipelines.store import read_url, write_url
+from marin_pipelines.store import read_url
 from marin_pipelines.tokenize.data_mixture import MixtureConfig
 from marin_pipelines.train.model import MODEL_SIZES, LlamaConfig
 from marin_pipelines.train.train_config import TrainConfig
@@ -43,10 +43,6 @@ class RunConfig(BaseModel):
             return LlamaConfig(**{**(MODEL_SIZES[size] if size else {}), **spec})
         except ValidationError as e:
             raise ValueError(describe(e, LlamaConfig, "model", ("model",))) from None
-
-    def dump(self, path: str | Path) -> None:
-        """Write the YAML to a local path or a URL (``gs://``: beside a run's checkpoints)."""
-        write_url(str(path), yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False))
 
 
 def load_run_config(path: str | Path) -> RunConfig:
