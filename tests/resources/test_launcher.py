@@ -227,6 +227,10 @@ def test_a_step_config_stands_in_for_the_flags_never_beside_them(run):
         train_cli.train_launch(parse("--config", "run.yaml"))
     with pytest.raises(FileNotFoundError):
         train_cli.train_launch(parse("--step-config", run.file))  # nothing written there yet
+    Path(run.file).parent.mkdir()
+    Path(run.file).write_text(json.dumps({**run.model_dump(), "runn": {}}))
+    with pytest.raises(ValueError, match=f"{run.file}: invalid train: runn: unknown field; allowed: out"):
+        train_cli.train_launch(parse("--step-config", run.file))
 
 
 def test_a_heldout_set_named_like_a_mixture_source_is_refused_before_launching(tmp_path):
