@@ -20,11 +20,9 @@ from typing import Any
 from dagster import AssetCheckSeverity, DagsterInstance, ExecuteInProcessResult, materialize
 
 from marin_pipelines.defs.automation import partition_sources, partitioned_by, selection
-from marin_pipelines.defs.experiments_component import experiment_definitions
 from marin_pipelines.defs.step_assets import dagster_metadata, snapshot_partitions
 from marin_pipelines.execution_record import write_record
 from marin_pipelines.experiment import Experiment, default_store_root
-from marin_pipelines.resources import default_resources
 from marin_pipelines.steps import Step, topological
 from marin_pipelines.store import ArtifactStore
 
@@ -122,7 +120,10 @@ def materialize_experiment(
         missing = [step for step in group if not _reuse_stored(report, store, step, partition)]
         if not missing:
             continue
-        if assets is None:
+        if assets is None:  # the assets and resources bring the launchers' clients: only for a run
+            from marin_pipelines.defs.experiments_component import experiment_definitions
+            from marin_pipelines.resources import default_resources
+
             everyone = [experiment, *[e for e in others or [] if e.name != experiment.name]]
             assets = list(experiment_definitions(everyone).assets or [])
             resources = resources or default_resources(store_root)
