@@ -33,7 +33,7 @@ QUIET = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
 
 @dataclass
 class Materialized:
-    """One asset (partition) materialised by a run, and whether its output was reused."""
+    """One asset (partition): materialised by a run, or found complete in the store (then reused)."""
 
     asset: str
     partition: str | None
