@@ -4,30 +4,36 @@ Partitioned steps need one run per partition, so the order is: every crawl snaps
 steps a ladder needs, every ladder rung, then everything else in one run (where Dagster orders each
 step after its inputs and after its ``after`` edges: a preregistered prediction before its target).
 This is what `make demo`, `marin-pipelines experiment NAME` and the end-to-end tests run.
+
+A step whose output is complete at its version (and passes its blocking checks) starts no run: its checks
+are evaluated on the stored output here, and a run selects only the steps still missing. A rerun that finds
+everything done starts no Dagster run at all (seconds, not a minute of run bookkeeping), and leaves no new
+event in the instance: the output is the same data version the instance already shows.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Any
 
 from dagster import AssetCheckSeverity, DagsterInstance, ExecuteInProcessResult, materialize
 
 from marin_pipelines.defs.automation import partition_sources, partitioned_by, selection
-from marin_pipelines.defs.experiments_component import experiment_definitions
-from marin_pipelines.defs.step_assets import snapshot_partitions
+from marin_pipelines.defs.step_assets import dagster_metadata, snapshot_partitions
 from marin_pipelines.execution_record import write_record
-from marin_pipelines.experiment import Experiment
-from marin_pipelines.resources import default_resources
+from marin_pipelines.experiment import Experiment, default_store_root
 from marin_pipelines.steps import Step, topological
+from marin_pipelines.store import ArtifactStore
 
+log = logging.getLogger(__name__)
 # Dagster's console logger would print a failed step's whole traceback; the caller gets the error instead.
 QUIET = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
 
 
 @dataclass
 class Materialized:
-    """One asset (partition) materialised by a run, and whether its output was reused."""
+    """One asset (partition): materialised by a run, or found complete in the store (then reused)."""
 
     asset: str
     partition: str | None
@@ -100,10 +106,8 @@ def materialize_experiment(
     (their tags and execution records), as in the UI.
     """
     steps = experiment.all_steps if through is None else experiment.step(through).upstream()
-    resources = resources or default_resources(store_root)
+    store = resources["store"].store() if resources else ArtifactStore(store_root or default_store_root())
     instance = instance or DagsterInstance.ephemeral()
-    everyone = [experiment, *[e for e in others or [] if e.name != experiment.name]]
-    assets = list(experiment_definitions(everyone).assets or [])
     for crawl in partition_sources(steps, "snapshot"):
         name = snapshot_partitions(crawl).name
         known = set(instance.get_dynamic_partitions(name))
@@ -111,10 +115,21 @@ def materialize_experiment(
             name, [s for s in crawl.partition_keys(strict=True) if s not in known]
         )
     report = ExperimentRun()
+    assets: list | None = None  # built on the first run needed: a rerun with everything done needs none
     for group, partition in run_plan(steps):
+        missing = [step for step in group if not _reuse_stored(report, store, step, partition)]
+        if not missing:
+            continue
+        if assets is None:  # the assets and resources bring the launchers' clients: only for a run
+            from marin_pipelines.defs.experiments_component import experiment_definitions
+            from marin_pipelines.resources import default_resources
+
+            everyone = [experiment, *[e for e in others or [] if e.name != experiment.name]]
+            assets = list(experiment_definitions(everyone).assets or [])
+            resources = resources or default_resources(store_root)
         result = materialize(
             assets,
-            selection=selection(group),
+            selection=selection(missing),
             partition_key=partition,
             instance=instance,
             resources=resources,
@@ -128,18 +143,44 @@ def materialize_experiment(
             )
             for e in result.get_asset_check_evaluations()
         ]
-    write_record(resources["store"].store(), experiment)
+    write_record(store, experiment)
     return report
+
+
+def _reuse_stored(report: ExperimentRun, store: ArtifactStore, step: Step, partition: str | None) -> bool:
+    """Report ``step``'s complete output (and its checks, evaluated on it) as reused, as its run would;
+    False when it is missing, or fails a blocking check: its run reports that, and blocks what follows."""
+    artifact = store.get(step.key, step.version, partition)
+    if artifact is None:
+        return False
+    checks = [
+        CheckOutcome(step.name, name, check.fn(artifact)[0], check.blocking)
+        for name, check in step.stage.checks.items()
+    ]
+    if any(c.blocking and not c.passed for c in checks):
+        return False
+    label = step.name + (f" [{partition}]" if partition else "")
+    log.info(f"{label}: reused version {step.version} ({artifact.url}), no run needed")
+    report.materialized.append(
+        Materialized(step.name, partition, True, _plain(dagster_metadata(artifact, True)))
+    )
+    report.checks += checks
+    return True
 
 
 def _materialized(result: ExecuteInProcessResult) -> list[Materialized]:
     out = []
     for event in result.get_asset_materialization_events():
         mat = event.materialization
-        metadata = {k: getattr(v, "value", v) for k, v in mat.metadata.items()}
+        metadata = _plain(mat.metadata)
         out.append(
             Materialized(
                 mat.asset_key.to_user_string(), mat.partition, bool(metadata.get("reused")), metadata
             )
         )
     return out
+
+
+def _plain(metadata: dict[str, Any]) -> dict[str, Any]:
+    """Dagster metadata values as the plain values they hold."""
+    return {k: getattr(v, "value", v) for k, v in metadata.items()}

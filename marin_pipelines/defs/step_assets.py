@@ -10,7 +10,7 @@ import base64
 import logging
 import os
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dagster import (
     AssetCheckResult,
@@ -39,12 +39,13 @@ from marin_pipelines.engine import LocalEngine
 from marin_pipelines.evals.launch_config import EvalLaunch
 from marin_pipelines.execution_record import write_record
 from marin_pipelines.experiment import Experiment
-from marin_pipelines.resources.engine import engine_of
-from marin_pipelines.resources.launcher import LauncherResource
 from marin_pipelines.resources.store import VERSION_KEY
 from marin_pipelines.steps import InputError, Step, StepContext, build_step
 from marin_pipelines.store import Artifact
 from marin_pipelines.train.launch_config import TrainingLaunch
+
+if TYPE_CHECKING:  # the launchers bring the Kubernetes client: imported where a step runs, not here
+    from marin_pipelines.resources.launcher import LauncherResource
 
 log = logging.getLogger(__name__)
 EXPERIMENT_TAG = "marin/experiment.{}"  # one tag per experiment that uses the step
@@ -106,7 +107,7 @@ def step_pool(step: Step, launcher_pool: str | None) -> str | None:
 class BoundLauncher:
     """The launcher resource bound to this run's context: the core's ``Launcher``."""
 
-    def __init__(self, resource: LauncherResource, context: AssetExecutionContext):
+    def __init__(self, resource: "LauncherResource", context: AssetExecutionContext):
         self.resource, self.context = resource, context
 
     def train(self, launch: TrainingLaunch) -> list[Any]:
@@ -160,6 +161,8 @@ def step_asset(
         ],
     )
     def compute(context: AssetExecutionContext, **inputs: Any) -> Iterator[Any]:
+        from marin_pipelines.resources.engine import engine_of  # dagster-ray: only where a step runs
+
         store = context.resources.store.store()
         partition = context.partition_key if context.has_partition_key else None
         resources = {name: getattr(context.resources, name) for name in stage.needs}

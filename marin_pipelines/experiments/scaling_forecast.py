@@ -32,6 +32,7 @@ VOCAB_SIZE = 512
 # so the default rule's LR (c 3e-3, w 1, h 0.3) was right at 2e11 and 2-3x too low at 1.6e12. With the
 # measured constants 18 of the 20 rungs fell (by 0.2-3.3%; two narrow ones rose, by 0.6% and 1.4%), the
 # optima by 0.3-2.2%, and the target by 2.5% (2.357 to 2.299).
+# Both benches were retired after fd74541; the README has their findings ("The LR rule", "Why 2048 steps").
 LADDER = {
     "recipe": {
         "name": "delphi",

@@ -173,7 +173,7 @@ class DelphiRecipe(BaseModel):
         gt=0,
         description="batch: the power of two nearest this many steps. Past the critical batch a token is "
         "worth less: on CPU ladders at 2e11-1.6e12 FLOPs 256 steps gave batches 4-8x the best measured "
-        "(bench/recipe_batch.py), and scaling_forecast holds 2048",
+        "(README, 'Why 2048 steps'), and scaling_forecast holds 2048",
     )
     min_batch_size: int = Field(default=4, gt=0)
     max_batch_size: int = Field(default=1024, gt=0)
