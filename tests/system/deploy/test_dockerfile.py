@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-ROOT = Path(__file__).parents[2]
+ROOT = Path(__file__).parents[3]
 INSTRUCTIONS = {
     "FROM", "RUN", "CMD", "LABEL", "EXPOSE", "ENV", "ADD", "COPY", "ENTRYPOINT", "VOLUME", "USER", "WORKDIR",
     "ARG", "ONBUILD", "STOPSIGNAL", "HEALTHCHECK", "SHELL",

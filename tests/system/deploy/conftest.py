@@ -11,7 +11,7 @@ from kubernetes.client import V1ConfigMap
 
 from marin_pipelines.resources.multi_host import k8s_model
 
-ROOT = Path(__file__).parents[2]
+ROOT = Path(__file__).parents[3]
 DEPLOY = ROOT / "deploy"
 
 

@@ -87,16 +87,16 @@ def test_one_helper_reports_every_step_it_declares_at_once():
             "bad", demo.quality.curated_text, tokenizer={"vocab_size": 12}, cache={"validation_fraction": 2}
         )
     message = str(error.value)
-    assert "step 'bad/tokenizer' (tests/test_bad_config.py:" in message
+    assert "step 'bad/tokenizer' (tests/unit/test_bad_config.py:" in message
     assert "vocab_size: Input should be greater than or equal to 257 (got 12)" in message
-    assert "step 'bad/tokenized_cache' (tests/test_bad_config.py:" in message
+    assert "step 'bad/tokenized_cache' (tests/unit/test_bad_config.py:" in message
     assert "validation_fraction: Input should be less than or equal to 0.5 (got 2)" in message
 
 
 @pytest.mark.parametrize(
     ("declare", "said"),
     [
-        (lambda: train("bad/run", None), "step 'bad/run' (tests/test_bad_config.py:"),
+        (lambda: train("bad/run", None), "step 'bad/run' (tests/unit/test_bad_config.py:"),
         (lambda: train("bad/run", None), "tokens must be a TokenSteps (as the helpers return), not NoneType"),
         (lambda: tokenizer_and_cache("bad", None), "missing ['curated_text']"),
         (lambda: train("bad/run", demo.tokens, model="nano"), "model: Input should be a valid dictionary"),

@@ -154,5 +154,5 @@ def test_invalid_config_names_the_field(declare, named):
         declare()
     message = str(error.value)
     assert all(part in message for part in named), message
-    assert "tests/test_experiment.py:" in message  # where it was declared
+    assert "tests/unit/test_experiment.py:" in message  # where it was declared
     assert "Traceback" not in message

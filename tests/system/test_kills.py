@@ -25,7 +25,7 @@ KILLED_IN = ("extracted_text", "tokenized_cache", "checkpoint", "eval_results")
 TIMING_KEYS = {"wall_seconds", "seconds", "tokens_per_s", "mfu", "elapsed", "created", "samples_per_s"}
 EXPERIMENT_MODULE = f"""
 import sys
-sys.path.insert(0, {str(Path(__file__).parent)!r})
+sys.path.insert(0, {str(Path(__file__).parents[1])!r})
 from tiny_pipeline import tiny_experiment
 from marin_pipelines.experiment import Experiment
 killed = Experiment("killed", steps=tiny_experiment("killed").steps)  # declared here: found in this file

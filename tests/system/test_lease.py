@@ -88,7 +88,6 @@ def where(request, tmp_path) -> tuple[str, dict[str, str]]:
     return root, {**os.environ, "STORAGE_EMULATOR_HOST": os.environ["TENSORSTORE_GCS_HTTP_URL"]}
 
 
-@pytest.mark.slow
 def test_three_runs_at_once_compute_once(where, tmp_path):
     root, env = where
     log = tmp_path / "log"
@@ -105,7 +104,6 @@ def test_three_runs_at_once_compute_once(where, tmp_path):
     assert leftovers(root) == []
 
 
-@pytest.mark.slow
 def test_a_killed_writer_is_taken_over(where, tmp_path):
     root, env = where
     log = tmp_path / "log"
@@ -123,7 +121,6 @@ def test_a_killed_writer_is_taken_over(where, tmp_path):
     assert leftovers(root) == []
 
 
-@pytest.mark.slow
 def test_a_writer_frozen_past_its_lease_commits_nothing(tmp_path):
     root, log = str(tmp_path / "store"), tmp_path / "log"
     frozen = start(root, log, 4.0, dict(os.environ))

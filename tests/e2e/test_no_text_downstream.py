@@ -206,7 +206,6 @@ def test_gzip_text_is_not_a_text_file(tmp_path, capsys):
     assert "doc.txt: not UTF-8 text" in err and "Traceback" not in err
 
 
-@pytest.mark.slow
 def test_training_into_a_folder_with_unicode_and_spaces(tmp_path, capsys):
     """The same commands on enough text: the cache, the checkpoints and the metrics land in such folders."""
     source = tmp_path / "tëxt dir" / "döcs.jsonl"

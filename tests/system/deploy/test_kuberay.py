@@ -12,7 +12,7 @@ from marin_pipelines.engine import LocalEngine
 from marin_pipelines.resources.engine import LocalEngineResource, RayCluster, engine_from_env, engine_of
 from marin_pipelines.resources.multi_host import k8s_model
 
-ROOT = Path(__file__).parents[2]
+ROOT = Path(__file__).parents[3]
 DEPLOY = ROOT / "deploy"
 
 

@@ -44,7 +44,7 @@ from marin_pipelines.experiment import PATH_VARIABLE, discover_experiments
 from marin_pipelines.resources.launcher_env import launcher_from_env
 from marin_pipelines.store import MANIFEST, ArtifactStore
 
-VALUES = Path(__file__).parents[2] / "deploy" / "helm" / "values.yaml"
+VALUES = Path(__file__).parents[3] / "deploy" / "helm" / "values.yaml"
 BIN = Path(sys.executable).parent
 LOCATION = "marin_pipelines"
 POOL_LIMIT = 3

@@ -14,7 +14,7 @@ from marin_pipelines.resources.launcher import train_args
 from marin_pipelines.resources.launcher_env import launcher_from_env
 from marin_pipelines.resources.multi_host import NODE_POOL, k8s_model
 
-DEPLOY = Path(__file__).parents[2] / "deploy"
+DEPLOY = Path(__file__).parents[3] / "deploy"
 
 
 class Strict(BaseModel):

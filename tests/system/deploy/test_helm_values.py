@@ -37,7 +37,7 @@ from marin_pipelines.resources.launcher import RUN_POD, K8sLauncher
 from marin_pipelines.resources.launcher_env import data_run_tags, launcher_from_env
 from marin_pipelines.resources.multi_host import k8s_model
 
-VALUES = Path(__file__).parents[2] / "deploy" / "helm" / "values.yaml"
+VALUES = Path(__file__).parents[3] / "deploy" / "helm" / "values.yaml"
 RELEASE = "dagster"
 ITEM = "*"  # a list's items, in a path of CHART_KEYS
 # what the chart's pods set, and the rendered config reads through {env: ...}

@@ -72,7 +72,7 @@ run = train(
     steps=[evaluate("{NAME}/eval", run, batch_size=8, evals={{"tasks": ["marin_python_mc"], "limit": 4}})],
 )
 '''
-PROJECT = Path(__file__).resolve().parents[1]
+PROJECT = Path(__file__).resolve().parents[2]
 
 
 def instance_yaml(home: Path) -> str:

@@ -30,7 +30,6 @@ from marin_pipelines.resources.engine import LocalEngineResource, RayCluster
 from marin_pipelines.store import ArtifactStore
 
 CONFIGS = {"web_documents": WebDocumentsConfig(shard_docs=40)}
-pytestmark = pytest.mark.slow  # each test starts a Ray cluster
 
 
 @pytest.fixture(autouse=True)

@@ -98,7 +98,6 @@ def files_under(folder: Path) -> list[Path]:
     return [p for p in folder.rglob("*") if p.is_file()]
 
 
-@pytest.mark.slow
 def test_the_forecast_is_written_before_its_target_trains(forecast):
     _, out, result, lines = forecast
     assert set(result) == set(FIELDS)
@@ -152,7 +151,6 @@ def test_the_forecast_is_written_before_its_target_trains(forecast):
     assert not (out / "text").exists()  # the staged copy of the plain files is gone once cached
 
 
-@pytest.mark.slow
 def test_a_rerun_reuses_every_rung_and_the_forecast(forecast, capsys):
     text, out, first, _ = forecast
     before = {p: p.stat().st_mtime_ns for p in files_under(out) if p.name != "result.json"}
@@ -171,7 +169,6 @@ def test_a_rerun_reuses_every_rung_and_the_forecast(forecast, capsys):
     assert after == before  # no file written, none added: not the forecast, not a checkpoint
 
 
-@pytest.mark.slow
 def test_a_rerun_with_other_arguments_is_refused(forecast):
     text, out, _, _ = forecast
     with pytest.raises(ValueError, match=r"other arguments \(budgets\)"):

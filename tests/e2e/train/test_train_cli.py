@@ -58,7 +58,6 @@ def config_file(tmp_path):
     return path
 
 
-@pytest.mark.slow
 def test_sigkill_then_the_same_command_ends_bit_identical(config_file, token_cache, tmp_path, capsys):
     full, killed = tmp_path / "full", tmp_path / "killed"
     subprocess.run(train_command(config_file, token_cache, full), env=ENV, check=True, capture_output=True)

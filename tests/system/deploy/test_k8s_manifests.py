@@ -12,8 +12,8 @@ from marin_pipelines.resources.launcher import K8sLauncher
 from marin_pipelines.resources.launcher_env import launcher_from_env
 from marin_pipelines.resources.multi_host import k8s_model
 
-K8S = Path(__file__).parents[2] / "deploy" / "k8s"
-VALUES = Path(__file__).parents[2] / "deploy" / "helm" / "values.yaml"
+K8S = Path(__file__).parents[3] / "deploy" / "k8s"
+VALUES = Path(__file__).parents[3] / "deploy" / "helm" / "values.yaml"
 MODELS = {
     "ConfigMap": V1ConfigMap,
     "ServiceAccount": V1ServiceAccount,

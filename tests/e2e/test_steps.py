@@ -43,7 +43,7 @@ def test_one_name_two_configs_is_an_error_naming_both_places():
     with pytest.raises(StepError) as error:
         Experiment("clash", steps=[first.cache, second.cache])
     message = str(error.value)
-    assert "'small/tokenizer'" in message and message.count("tests/test_steps.py:") == 2
+    assert "'small/tokenizer'" in message and message.count("tests/e2e/test_steps.py:") == 2
     assert "vocab_size" in message  # which field forked
 
 
@@ -57,7 +57,7 @@ def test_a_bad_field_names_the_step_the_place_and_the_field():
     with pytest.raises(StepError) as error:
         train("small/run", small_tokens(), model={"size": "huge"})
     assert "small/run" in str(error.value) and "model.size" in str(error.value)
-    assert "tests/test_steps.py:" in str(error.value)
+    assert "tests/e2e/test_steps.py:" in str(error.value)
 
 
 def test_changed_fields_say_why_a_hash_forked():
@@ -229,7 +229,7 @@ def test_dry_run_says_what_is_done_and_why_a_hash_forked(ablation, capsys, tmp_p
             run = train("small/run", tokens, model={model}, train={{**{train}, "seed": 3}})
             forked = Experiment("forked", steps=[evaluate("small/eval", run, batch_size=8)])
             """
-        ).format(tests=str(Path(__file__).parent), model=MODEL, train=TRAIN)
+        ).format(tests=str(Path(__file__).parents[1]), model=MODEL, train=TRAIN)
     )
     monkeypatch.setenv("MARIN_EXPERIMENTS_PATH", str(tmp_path))
     assert main(["experiment", "forked", "--dry-run", "--store-root", root]) == 0
