@@ -26,13 +26,15 @@ $(STAMP): pyproject.toml requirements.lock
 demo: install
 	$(VENV)/bin/marin-pipelines demo
 
+# every tier (tests/tiers.py) on both cores: pytest-xdist hands whole files to two workers, so that a file's
+# fixtures are built once; the tiny pipeline's store is shared by both (tests/conftest.py)
 test: install
 	$(VENV)/bin/dg check defs
-	$(VENV)/bin/pytest
+	$(VENV)/bin/pytest -n 2 --dist loadfile
 
-# the unit tests only (minutes): what is marked slow (tests/conftest.py: SLOW_FIXTURES) is left out
+# the unit tier only: no Dagster, in process, seconds a test
 test-fast: install
-	$(VENV)/bin/pytest -m "not slow"
+	$(VENV)/bin/pytest tests/unit -n 2 --dist loadfile
 
 ui: install
 	$(VENV)/bin/dagster dev -h 127.0.0.1 -p 3000 -w workspace.yaml

@@ -1,4 +1,5 @@
-"""Shared fixtures: real web data from ../shared/data beside the project, when present."""
+"""Fixtures every tier shares: real web data from ../shared/data beside the project (when present), the
+Cloud Storage emulator, and the tiny pipeline's store, built once per test run however many workers run."""
 
 import contextlib
 import http.client
@@ -17,7 +18,11 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
+from tiers import check_and_order
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
@@ -28,6 +33,12 @@ def shared_data() -> Path:
         pytest.skip(f"real web data not found at {SHARED_DATA}")
     return SHARED_DATA
 
+
+# XLA compiles each new model shape once per test run, in this process and in every child: the launcher's own
+# cache folder (LocalLauncher.compilation_cache, under the project), kept between runs as `make demo` keeps it
+PROJECT = Path(__file__).resolve().parents[1]
+os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(PROJECT / ".marin" / "jax_cache"))
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 
 # gcsfs reads this when imported: its default asks a gRPC control API for the bucket type, which the
 # emulator below does not speak (each call would wait 60 s for it)
@@ -129,18 +140,9 @@ class _QuietServer(ThreadingHTTPServer):
             super().handle_error(request, client_address)
 
 
-# Fixtures that materialise a pipeline, train in processes or start a server: a test that uses one is
-# marked slow, and `make test-fast` leaves it out (`make test`, what CI runs, runs everything).
-SLOW_FIXTURES = {
-    "tiny_store", "gcs_emulator", "postgres_server", "graph", "ablation", "evaluated", "resumed",
-    "data_part", "trained", "two_processes", "sft_base", "forecast_run",
-}  # fmt: skip
-
-
+@pytest.hookimpl(trylast=True)  # after each tier folder's conftest has marked its tests
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
-            item.add_marker(pytest.mark.slow)
+    check_and_order(items)
 
 
 @pytest.fixture(scope="session")
@@ -204,15 +206,55 @@ def gcs_root(gcs_emulator: str) -> str:
     return f"gs://{EMULATOR_BUCKET}/{uuid.uuid4().hex[:8]}"
 
 
+def run_folder(tmp_path_factory: pytest.TempPathFactory, name: str) -> Path:
+    """A folder of this test run that every pytest-xdist worker shares (each worker's own temporary
+    folders are under one folder of the run)."""
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    folder = shared / name
+    folder.mkdir(exist_ok=True)
+    return folder
+
+
 @pytest.fixture(scope="session")
 def tiny_store(tmp_path_factory) -> str:
     """A store holding the tiny pipeline (tests/tiny_pipeline.py), crawl to evaluation, materialised once per
-    session: tests that declare the same steps reuse them (by version, whatever the steps' names)."""
+    test run: tests that declare the same steps reuse them (by version, whatever the steps' names). Workers
+    share the store: the first to need a step builds it under the step's lease, the others wait and reuse
+    it, as two runs of one experiment do."""
     from dagster import DagsterInstance
     from tiny_pipeline import tiny_experiment
 
     from marin_pipelines.defs.local_run import materialize_experiment
 
-    root = str(tmp_path_factory.mktemp("tiny-store"))
+    root = str(run_folder(tmp_path_factory, "tiny-store"))
     materialize_experiment(tiny_experiment(), root, DagsterInstance.ephemeral())
     return root
+
+
+TINY_WORDS = ["river", "stone", "paper", "light", "garden", "window", "market", "winter", "music", "letter"]
+
+
+def write_tiny_cache(folder: Path) -> Path:
+    from marin_pipelines.tokenize.tokenized_cache import CacheConfig, build_cache
+    from marin_pipelines.tokenize.tokenizer import TokenizerConfig, train_tokenizer
+
+    rng = np.random.default_rng(0)
+    texts = [" ".join(rng.choice(TINY_WORDS, size=int(rng.integers(20, 80)))) for _ in range(300)]
+    docs = folder / "docs"
+    docs.mkdir(parents=True)
+    pq.write_table(
+        pa.table({"id": [f"d{i}" for i in range(300)], "text": texts}), docs / "documents-0.parquet"
+    )
+    tokenizer = train_tokenizer(texts, TokenizerConfig(vocab_size=300))
+    cache = folder / "cache"
+    cache.mkdir()
+    build_cache([str(docs)], tokenizer, cache, CacheConfig(validation_fraction=0.1), folder / "work")
+    return cache
+
+
+@pytest.fixture(scope="session")
+def token_cache(tmp_path_factory) -> Path:
+    """A small token cache built the way the pipeline builds one, for the command line's and the launchers'
+    tests (each worker builds its own: a second of work)."""
+    return write_tiny_cache(tmp_path_factory.mktemp("token_cache"))

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+import time
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -46,16 +48,6 @@ def dry_run(name: str, store_root: str | None) -> dict:
 
 def run_experiments(names: list[str], store_root: str | None, dry: bool = False) -> int:
     """Materialise each named experiment in turn (steps they share run once) and print its summary."""
-    import os
-    import time
-
-    from dagster import DagsterInstance
-
-    from marin_pipelines.cli.local_runs import progress_to_stderr, root_cause
-    from marin_pipelines.defs.local_run import materialize_experiment
-    from marin_pipelines.store import default_store_root
-    from marin_pipelines.summary import experiment_summary
-
     experiments = _experiments()
     if unknown := [name for name in names if name not in experiments]:
         raise ValueError(
@@ -65,6 +57,13 @@ def run_experiments(names: list[str], store_root: str | None, dry: bool = False)
         for name in names:
             print(json.dumps(dry_run(name, store_root)))
         return 0
+    from dagster import DagsterInstance  # here: a dry run needs no Dagster
+
+    from marin_pipelines.cli.local_runs import progress_to_stderr, root_cause
+    from marin_pipelines.defs.local_run import materialize_experiment
+    from marin_pipelines.store import default_store_root
+    from marin_pipelines.summary import experiment_summary
+
     instance = DagsterInstance.get() if os.environ.get("DAGSTER_HOME") else DagsterInstance.ephemeral()
     root = store_root or default_store_root()
     failed = False
