@@ -146,6 +146,15 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @pytest.fixture(scope="session")
+def demo_crawl(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    """The default demo crawl (its folder and its stats), built once for the crawl, text and command tests."""
+    from marin_pipelines.crawl.demo_crawl import DemoCrawlConfig, build_demo_crawl
+
+    out = tmp_path_factory.mktemp("demo-crawl")
+    return out, build_demo_crawl(out, DemoCrawlConfig())
+
+
+@pytest.fixture(scope="session")
 def gcs_emulator() -> Iterator[str]:
     """A local Cloud Storage server (the JSON API), as gcsfs, tensorstore and orbax reach a real bucket;
     tensorstore goes through ``_GenerationProxy``, which adds the generation preconditions it relies on.

@@ -22,9 +22,9 @@ from dagster import AssetCheckSeverity, DagsterInstance, ExecuteInProcessResult,
 from marin_pipelines.defs.automation import partition_sources, partitioned_by, selection
 from marin_pipelines.defs.step_assets import dagster_metadata, snapshot_partitions
 from marin_pipelines.execution_record import write_record
-from marin_pipelines.experiment import Experiment, default_store_root
+from marin_pipelines.experiment import Experiment
 from marin_pipelines.steps import Step, topological
-from marin_pipelines.store import ArtifactStore
+from marin_pipelines.store import ArtifactStore, default_store_root
 
 log = logging.getLogger(__name__)
 # Dagster's console logger would print a failed step's whole traceback; the caller gets the error instead.

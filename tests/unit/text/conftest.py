@@ -1,18 +1,15 @@
-"""The default demo crawl, built once for the text tests, and its web documents."""
+"""The demo crawl's web documents, read once for the text tests."""
 
 from pathlib import Path
 
 import pytest
 
-from marin_pipelines.crawl.demo_crawl import DemoCrawlConfig, build_demo_crawl
 from marin_pipelines.crawl.web_documents import find_warc_files, read_web_documents
 
 
 @pytest.fixture(scope="session")
-def demo_crawl_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("demo-crawl")
-    build_demo_crawl(out, DemoCrawlConfig())
-    return out
+def demo_crawl_dir(demo_crawl: tuple[Path, dict]) -> Path:
+    return demo_crawl[0]
 
 
 @pytest.fixture(scope="session")
