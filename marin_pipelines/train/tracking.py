@@ -52,6 +52,10 @@ def wandb_run(
         yield lambda record: run.log({k: v for k, v in record.items() if k != "step"}, step=record["step"])
     finally:
         run.finish()
+        # the service goes with the run, and with it the WANDB_SERVICE variable it put in this process's
+        # environment: else every process launched from here later (a training child, its retry) would
+        # join this service, where a killed child's run stays registered and its retry is refused
+        wandb.teardown()
         if not local:
             _upload(run_dir / FOLDER, f"{out}/{FOLDER}")
             shutil.rmtree(run_dir, ignore_errors=True)
