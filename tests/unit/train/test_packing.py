@@ -12,12 +12,17 @@ from marin_pipelines.train.model import Llama, LlamaConfig, segment_positions
 CONFIG = LlamaConfig(vocab_size=50, seq_len=16, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=48)
 
 
+@nnx.jit
+def _losses(model: Llama, tokens: jnp.ndarray, segments: jnp.ndarray | None) -> jnp.ndarray:
+    """Compiled once per row length: run op by op, the model takes seconds a call on a CPU."""
+    logits = model(tokens[:, :-1], None if segments is None else segments[:, :-1])
+    return optax.softmax_cross_entropy_with_integer_labels(logits, tokens[:, 1:])[0]
+
+
 def nll(model: Llama, tokens: np.ndarray, segments: np.ndarray | None = None) -> np.ndarray:
     """Next-token losses of one row: position t predicts t + 1."""
-    inputs = jnp.asarray(tokens[None, :-1])
-    logits = model(inputs, None if segments is None else jnp.asarray(segments[None, :-1]))
     return np.asarray(
-        optax.softmax_cross_entropy_with_integer_labels(logits, jnp.asarray(tokens[None, 1:]))[0]
+        _losses(model, jnp.asarray(tokens[None]), None if segments is None else jnp.asarray(segments[None]))
     )
 
 
