@@ -14,7 +14,7 @@ from marin_pipelines.defs.step_assets import snapshot_partitions
 from marin_pipelines.execution_record import record_name
 from marin_pipelines.experiment import Experiment
 from marin_pipelines.store import MANIFEST, ArtifactStore
-from marin_pipelines.summary import DOCUMENT_STAGES, experiment_summary
+from marin_pipelines.summary import experiment_summary
 
 
 def outputs(experiment: Experiment) -> list[tuple[str, str | None]]:
@@ -37,9 +37,14 @@ def materialised_in(instance: DagsterInstance) -> list[tuple[str, str | None]]:
 
 
 def store_copy(tiny_store: str, tmp_path: Path) -> ArtifactStore:
-    """The session's tiny store, copied: a test that takes outputs away leaves the others theirs."""
-    shutil.copytree(tiny_store, tmp_path / "store")
-    return ArtifactStore(tmp_path / "store")
+    """The tiny experiment's outputs, copied out of the session's tiny store (which other tests write to
+    meanwhile): a test that takes outputs away leaves the others theirs."""
+    source, root = ArtifactStore(tiny_store), tmp_path / "store"
+    for step in tiny_experiment().all_steps:
+        for partition in step.partition_keys() or [None]:
+            folder = Path(source.url(step.key, step.version, partition))
+            shutil.copytree(folder, root / folder.relative_to(source.root))
+    return ArtifactStore(root)
 
 
 def test_a_rerun_over_done_steps_starts_no_run_and_summarises_every_step(tiny_store, tmp_path):
@@ -65,7 +70,7 @@ def test_a_rerun_over_done_steps_starts_no_run_and_summarises_every_step(tiny_st
         in text
     )
     for step in experiment.all_steps:
-        if step.stage.name in DOCUMENT_STAGES:
+        if step.stage.documents:
             assert f"  {step.name} " in text
     assert "tiny/run: " in text and f"asset checks: {len(checks(experiment))} passed" in text
 
