@@ -8,33 +8,20 @@ import pytest
 from dagster import DagsterInstance
 from event_order import recorded_before_started
 from tiny_ladder import TINY_LADDER
+from tiny_pipeline import tiny_tokens
 
 from marin_pipelines.cli import main
 from marin_pipelines.defs.local_run import materialize_experiment
 from marin_pipelines.experiment import SKIPPED_MODULES, Experiment
-from marin_pipelines.experiments.defaults import (
-    crawl_and_text,
-    forecast_target,
-    isoflop_ladder,
-    quality_and_curation,
-    speedrun,
-    tokenizer_and_cache,
-)
+from marin_pipelines.experiments.defaults import forecast_target, isoflop_ladder, speedrun
 from marin_pipelines.scaling.isoflop_ladder import target_run
 from marin_pipelines.store import ArtifactStore
 
 LADDER = {**TINY_LADDER, "target_budget": 1e11}
 EVALS = {"tasks": ["marin_python_mc", "marin_python_qa"]}
 
-text = crawl_and_text(
-    "tiny", demo={"pydoc_modules": ["json", "heapq", "bisect", "textwrap", "shlex"], "n_files": 2}
-)
-quality = quality_and_curation(
-    "tiny", text.deduplicated_text, quality={"bucket": 10_000, "epoch": 5}, curation={"top_fraction": 0.9}
-)
-tokens = tokenizer_and_cache(
-    "tiny", quality.curated_text, tokenizer={"vocab_size": 512}, cache={"validation_fraction": 0.1}
-)
+tokens = tiny_tokens()  # the tiny pipeline's data steps: the session's tiny store holds them already
+DATA = {step.name for step in tokens.cache.upstream()}
 # the target is the recipe's run at 2.5x the ladder's largest budget
 ladder = isoflop_ladder("tiny", tokens, ladder=LADDER, train={"log_every": 50}, evals=EVALS, batch_size=8)
 target = forecast_target("tiny", ladder, evals=EVALS, batch_size=8)
@@ -53,9 +40,9 @@ def expected_outputs(experiment: Experiment) -> set[tuple[str, str | None]]:
 
 
 @pytest.fixture(scope="module")
-def graph(tmp_path_factory):
-    """One materialisation of everything, shared by the tests below."""
-    root = str(tmp_path_factory.mktemp("store"))
+def graph(tiny_store):
+    """One materialisation of everything, shared by the tests below, over the tiny store's data steps."""
+    root = tiny_store
     experiment = tiny_experiment()
     instance = DagsterInstance.ephemeral()
     return experiment, root, instance, materialize_experiment(experiment, root, instance)
@@ -68,7 +55,8 @@ def test_every_asset_is_materialised_and_every_check_passes(graph):
     assert len(RUNGS) == 9 and len(outputs) == len(experiment.all_steps) - 2 + 2 * len(RUNGS)
     assert len(run.materialized) == len(outputs)
     assert {(m.asset, m.partition) for m in run.materialized} == outputs
-    assert run.reused == 0
+    assert {m.asset for m in run.materialized if m.reused} == DATA  # the ladder and what follows: computed
+    assert len(DATA) == 9 and run.reused == len(DATA)  # the crawl's one snapshot: once each
     assert run.checks and run.checks_passed, run.failed_checks
     # the WARN checks report on the ladder and on the preregistered forecast; the rest block
     assert sorted(c.check for c in run.checks if not c.blocking) == [
@@ -78,7 +66,7 @@ def test_every_asset_is_materialised_and_every_check_passes(graph):
     assert {c.asset for c in run.checks if not c.blocking} == {"tiny/isoflop_forecast", "tiny/isoflop_law"}
     checked = {c.asset for c in run.checks}
     documents = {step.name for step in experiment.all_steps if step.stage.documents}
-    assert {text.web_documents.name, text.deduplicated_text.name, quality.curated_text.name} <= documents
+    assert {"tiny/web_documents", "tiny/deduplicated_text", "tiny/curated_text"} <= documents
     assert documents <= checked  # every document stage's funnel, checked
     assert {"tiny/checkpoint", "tiny/isoflop_checkpoint", "tiny/eval_results"} <= checked
     store = ArtifactStore(root)
