@@ -49,7 +49,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--devices-per-process", type=positive_int, help="CPU devices of each local process (default 1)"
     )
-    add_step_config(parser, ("config", "data", "out"))
+    add_step_config(parser, ("config", "data", "out"), keeps=("num_processes", "devices_per_process"))
     parser.set_defaults(run=run_train)
 
 

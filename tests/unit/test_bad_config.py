@@ -224,3 +224,17 @@ def test_unknown_fields_list_the_allowed_ones_at_any_depth():
           inner.size: Input should be greater than 0 (got 0)
           by_name.a.size: Input should be a valid integer, unable to parse string as an integer (got 'big')
           colour: unknown field; allowed: inner, by_name, items""")
+
+
+@pytest.mark.parametrize(
+    ("command", "flags"),
+    [
+        (["train"], ["--steps", "5", "--quiet"]),
+        (["sft"], ["--heldout", "h.jsonl"]),
+        (["eval"], ["--tasks", "marin_python_mc", "--batch-size", "4"]),
+    ],
+)
+def test_a_flag_beside_a_step_config_is_refused_not_ignored(command, flags, capsys):
+    assert main([*command, "--step-config", "launch.json", *flags]) == 2
+    err = capsys.readouterr().err
+    assert "give it without" in err and all(flag in err for flag in flags if flag.startswith("--"))
