@@ -16,10 +16,10 @@ from pydantic import BaseModel
 
 from marin_pipelines.crawl.snapshots import SNAPSHOT_KEY, SNAPSHOT_RULE
 from marin_pipelines.crawl.web_documents import crawl_path, find_warc_files
-from marin_pipelines.engine import Engine, LocalEngine
+from marin_pipelines.engine import Engine
 from marin_pipelines.experiments.defaults import listed_files_and_text
 from marin_pipelines.stages.crawl import where_documents_ran_out
-from marin_pipelines.steps import StepContext, build_step
+from marin_pipelines.step_runner import run_steps
 from marin_pipelines.store import ArtifactStore
 
 EXPERIMENT = "process_crawl"
@@ -49,21 +49,19 @@ def process_crawl(
     ``configs`` overrides a stage's config by stage name (``web_documents``, ``extract``, ``filters``,
     ``dedup``), as an experiment's ``crawl_and_text`` would. When no document is left, ``note`` is told
     which stage removed them all and why (a counted outcome, not an error). ``engine`` runs the stages'
-    units (``LocalEngine(1)`` when None); ``progress`` hears each stage's units done and its output."""
+    units (one process when None); ``progress`` hears each stage's units done and its output.
+    The steps run through ``step_runner.run_steps``, as ``forecast``'s do."""
     if not SNAPSHOT_KEY.fullmatch(snapshot):
         raise ValueError(f"--snapshot {snapshot!r}: use {SNAPSHOT_RULE}")
     files = [f for path in warc_paths for f in find_warc_files(crawl_path(path))]
     steps = list(listed_files_and_text(EXPERIMENT, [str(f) for f in files], snapshot, **(configs or {})))
     store = ArtifactStore(out)
-    artifacts = {}
-    with (engine or LocalEngine(1)).session() as running:  # one pool (or connection) for every stage
-        for step in steps:
-            inputs = {name: artifacts[upstream.name] for name, upstream in step.inputs.items()}
-            ctx = StepContext(step, store, snapshot, log=progress, engine=running)
-            artifacts[step.name] = build_step(ctx, inputs)
-            progress(f"{step.stage.name}: {artifacts[step.name].url}")
-    if not artifacts[steps[-1].name].metadata["funnel"]["docs_out"]:
+    run = run_steps(steps, store, engine=engine, log=progress)
+    last = run.partitions(steps[-1])[snapshot]
+    if not last.metadata["funnel"]["docs_out"]:
         note(f"no documents left: {where_documents_ran_out(store, steps[-1:])}")
     return {
-        step.stage.name: artifacts[step.name].metadata["funnel"] for step in steps if step.stage.documents
+        step.stage.name: run.partitions(step)[snapshot].metadata["funnel"]
+        for step in steps
+        if step.stage.documents
     }

@@ -18,13 +18,10 @@ path or a ``gs://`` URL.
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import socket
 import sys
 from contextlib import ExitStack
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from marin_pipelines.cli.step_config import add_step_config, step_config
 
@@ -132,61 +129,20 @@ def eval_launch(args: argparse.Namespace) -> EvalLaunch:
 def run(args: argparse.Namespace) -> int:
     from dagster_pipes import PipesEnvVarParamsLoader, open_dagster_pipes
 
-    from marin_pipelines.evals.checkpoint_eval import (
-        evaluate_checkpoint,
-        load_for_eval,
-        results_table,
-        scores,
-    )
-    from marin_pipelines.store import write_url
+    from marin_pipelines.evals.checkpoint_eval import results_table, scores
+    from marin_pipelines.evals.launched import evaluate_launched, summary_message
 
     launch = eval_launch(args)
-    config = launch.evals
-    template = launch.chat_template or checkpoint_template(launch.checkpoint)
     with ExitStack() as stack:  # under Pipes, an error is reported to the orchestrator before it is raised
         pipes = (
             stack.enter_context(open_dagster_pipes())
             if PipesEnvVarParamsLoader().is_dagster_pipes_process()
             else None
         )
-        model, tokenizer = load_for_eval(launch.checkpoint, launch.tokenizer)
         progress = pipes.log.info if pipes else lambda line: print(line, file=sys.stderr)
-        results = evaluate_checkpoint(
-            model,
-            tokenizer,
-            launch.bpb,
-            config,
-            launch.batch_size,
-            progress,
-            config.chat,
-            template,
-            chat_tasks=config.chat_tasks,
-        )
-        write_url(launch.out, json.dumps(results, indent=2))
+        results = evaluate_launched(launch, progress)
         if pipes:  # the orchestrator shows the table; the terminal of a local run stays readable
-            pipes.report_custom_message({"scores": scores(results), "evaluated_on": where()})
+            pipes.report_custom_message(summary_message(results))
         else:
             print(results_table(scores(results)))
     return 0
-
-
-def checkpoint_template(checkpoint: str) -> str | None:
-    """The chat template a fine-tuned run was trained with (``sft`` writes it beside its checkpoints)."""
-    from upath import UPath
-
-    from marin_pipelines.train.train_config import CHAT_TEMPLATE_FILE
-
-    path = UPath(checkpoint) / CHAT_TEMPLATE_FILE
-    return path.read_text() if path.is_file() else None
-
-
-def where() -> dict[str, Any]:
-    """The machine, process and accelerator that evaluated: the Dagster UI shows where a number came from."""
-    import jax
-
-    devices = jax.devices()
-    return {
-        "host": socket.gethostname(),
-        "pid": os.getpid(),
-        "devices": f"{len(devices)} x {devices[0].device_kind}",
-    }

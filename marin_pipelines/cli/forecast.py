@@ -5,7 +5,7 @@ the recipe, the target's loss forecast and written down (``forecast.json``) befo
 then the target trained and evaluated. Progress lines go to stderr; the last line of stdout is one JSON
 object: the prediction, the actual loss, the error and the times. Run it again with the same arguments
 after a kill and it resumes, reusing every finished rung and the forecast already written.
-The work is ``marin_pipelines.scaling.forecast_ladder.run_forecast``.
+The work is steps in the store at ``--out``, run without Dagster: ``marin_pipelines.forecast``.
 """
 
 from __future__ import annotations
@@ -78,12 +78,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=1.0,
         help="refuse (before training) a rung or target that reads the text more often than this",
     )
-    parser.add_argument("--out", required=True, help="the working folder; a rerun resumes in it")
+    parser.add_argument(
+        "--out", required=True, help="the store the steps write to (a folder); a rerun resumes in it"
+    )
     parser.set_defaults(run=run_forecast_command)
 
 
 def run_forecast_command(args: argparse.Namespace) -> int:
-    from marin_pipelines.scaling.forecast_ladder import run_forecast
+    from marin_pipelines.forecast import run_forecast
 
     def say(line: str) -> None:
         print(line, file=sys.stderr, flush=True)

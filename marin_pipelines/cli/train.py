@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any
 from marin_pipelines.cli.step_config import add_step_config, step_config
 
 if TYPE_CHECKING:
-    from marin_pipelines.tokenize.data_mixture import MixtureConfig
     from marin_pipelines.train.launch_config import TrainLaunch
 
 
@@ -126,41 +125,19 @@ def train_process(launch: TrainLaunch) -> int:
     initialize()  # before JAX touches a device: the other processes' devices join the mesh
     from dagster_pipes import DAGSTER_PIPES_CONTEXT_ENV_VAR
 
-    from marin_pipelines.store import local_copy, read_url, write_url
-    from marin_pipelines.tokenize.data_mixture import MixtureLoader
-    from marin_pipelines.tokenize.tokenized_cache import TokenCache
-    from marin_pipelines.tokenize.tokenizer import TOKENIZER_FILE
-    from marin_pipelines.train.trainer import train
+    from marin_pipelines.train.launched import train_launched
 
-    run, out = launch.run, launch.out
-    data = local_copy(launch.data)  # the batches read a few windows per step: from local disk
-    model = run.llama(TokenCache(data).info["vocab_size"])
-    primary = is_primary()
-    if primary:  # the cache's tokenizer: evaluation needs no other input
-        write_url(f"{out.rstrip('/')}/{TOKENIZER_FILE}", read_url(str(data / TOKENIZER_FILE)))
-    # batch(step) is a pure function of the step: resuming needs no replay of the data, and each
-    # process computes its own rows of it.
-    loader = MixtureLoader.from_config(
-        local_sources(run.data), str(data), model.seq_len, run.train.batch_size, run.train.seed
-    )
+    train = launch.run.train
     with ExitStack() as stack:
-        tracked = {"model": model.model_dump(), "train": run.train.model_dump()}
-        callbacks = step_reporters(stack, out, tracked, run.train.log_every)
-        summary = train(model, run.train, loader, out, progress=launch.progress_bar, on_step=callbacks)
-    if primary and not os.environ.get(DAGSTER_PIPES_CONTEXT_ENV_VAR):  # under Pipes it goes back through it
+        summary = train_launched(
+            launch,
+            lambda model: step_reporters(
+                stack, launch.out, {"model": model.model_dump(), "train": train.model_dump()}, train.log_every
+            ),
+        )
+    if is_primary() and not os.environ.get(DAGSTER_PIPES_CONTEXT_ENV_VAR):  # under Pipes it goes back there
         print(json.dumps(summary, indent=2))
     return 0
-
-
-def local_sources(mixture: MixtureConfig) -> MixtureConfig:
-    """The mixture with each source's cache read from a local copy (``store.local_copy``)."""
-    from marin_pipelines.store import local_copy
-
-    sources = {
-        name: source.model_copy(update={"cache": str(local_copy(source.cache))}) if source.cache else source
-        for name, source in mixture.sources.items()
-    }
-    return mixture.model_copy(update={"sources": sources})
 
 
 def run_local_group(launch: TrainLaunch, num_processes: int, devices_per_process: int) -> int:

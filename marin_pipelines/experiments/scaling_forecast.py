@@ -6,7 +6,8 @@ library is a held-out set whose bits-per-byte is forecast in two steps, compute 
 budgets start at 2e11 FLOPs: below that the rungs are still leaving the unigram plateau and the optima
 fall faster than a power law (a ladder from 1e11 to 8e11 missed its 1e13 target by +8.8%). 29 minutes on
 2 idle CPU cores (the ladder's 20 runs and their evaluations 18 minutes, the target 10);
-``bench/scaling_forecast.py`` measures the same forecast against the old constant recipe's.
+``marin-pipelines forecast`` runs these steps on any text; the README has this forecast against the old
+constant recipe's (``bench/scaling_forecast.py``, retired after 256295c).
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """An IsoFLOP ladder planned by a scaling recipe: per budget, a sweep of sizes around the recipe's
 compute-optimal one, each size trained with several seeds where asked.
 
-Both ``marin-pipelines forecast`` (``forecast_ladder.py``) and the Dagster ladder (``stages/train.py``:
-one partition per rung) plan from here, so a rung is the same run either way. The plan is a function
+The ladder's step (``stages/train.py``: one partition per rung) plans from here, whether the UI, an
+experiment or ``marin-pipelines forecast`` runs it. The plan is a function
 of the config alone: the models' vocabulary is part of the config (the tokenizer's own may be smaller,
 never larger), so the partitions exist before any text is tokenized.
 """

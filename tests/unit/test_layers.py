@@ -15,9 +15,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("__init__", "cpu_limit", "lease", "config_errors"),
     ("engine", "store", "documents", "launch_config"),
     ("crawl", "text", "quality", "tokenize", "train", "evals", "scaling"),  # the core library
-    ("steps", "experiment", "execution_record"),
+    ("steps", "step_runner", "experiment", "execution_record"),
     ("stages",),
-    ("experiments", "process_crawl"),
+    ("experiments", "process_crawl", "forecast"),
     ("resources", "defs", "definitions"),  # Dagster
     ("summary", "cli"),
 )

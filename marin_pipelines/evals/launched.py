@@ -1,0 +1,57 @@
+"""A launched evaluation's work, wherever it runs: the child of a launcher (``cli/eval.py``) or the step
+runner's own process (``step_runner.InProcessLauncher``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from collections.abc import Callable
+from typing import Any
+
+from upath import UPath
+
+from marin_pipelines.evals.checkpoint_eval import evaluate_checkpoint, load_for_eval, scores
+from marin_pipelines.evals.launch_config import EvalLaunch
+from marin_pipelines.store import write_url
+from marin_pipelines.train.train_config import CHAT_TEMPLATE_FILE
+
+
+def evaluate_launched(launch: EvalLaunch, progress: Callable[[str], None]) -> dict[str, Any]:
+    """Evaluate ``launch``'s checkpoint on its sets and tasks and write the results file ``launch.out``;
+    the results. ``progress`` hears a line as each part finishes."""
+    config = launch.evals
+    model, tokenizer = load_for_eval(launch.checkpoint, launch.tokenizer)
+    results = evaluate_checkpoint(
+        model,
+        tokenizer,
+        launch.bpb,
+        config,
+        launch.batch_size,
+        progress,
+        config.chat,
+        launch.chat_template or checkpoint_template(launch.checkpoint),
+        chat_tasks=config.chat_tasks,
+    )
+    write_url(launch.out, json.dumps(results, indent=2))
+    return results
+
+
+def summary_message(results: dict[str, Any]) -> dict[str, Any]:
+    """What the evaluation reports to whoever launched it: its scores and the machine that computed them
+    (the UI shows where a number came from)."""
+    import jax
+
+    devices = jax.devices()
+    where = {
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "devices": f"{len(devices)} x {devices[0].device_kind}",
+    }
+    return {"scores": scores(results), "evaluated_on": where}
+
+
+def checkpoint_template(checkpoint: str) -> str | None:
+    """The chat template a fine-tuned run was trained with (``sft`` writes it beside its checkpoints)."""
+    path = UPath(checkpoint) / CHAT_TEMPLATE_FILE
+    return path.read_text() if path.is_file() else None

@@ -1,0 +1,46 @@
+"""A launched training run's work, wherever it runs: the child of a launcher (``cli/train.py``, one process
+per host) or the step runner's own process (``step_runner.InProcessLauncher``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from marin_pipelines.store import local_copy, read_url, write_url
+from marin_pipelines.tokenize.data_mixture import MixtureConfig, MixtureLoader
+from marin_pipelines.tokenize.tokenized_cache import TokenCache
+from marin_pipelines.tokenize.tokenizer import TOKENIZER_FILE
+from marin_pipelines.train.distributed import is_primary
+from marin_pipelines.train.launch_config import TrainLaunch
+from marin_pipelines.train.model import LlamaConfig
+from marin_pipelines.train.trainer import train
+
+Reporters = Callable[[LlamaConfig], Sequence[Callable[[dict[str, Any]], None]]]
+
+
+def train_launched(launch: TrainLaunch, reporters: Reporters = lambda model: ()) -> dict[str, Any]:
+    """Train ``launch``'s run into its folder (resuming from the last checkpoint there); its summary.
+
+    ``reporters(model)`` gives where each step's record goes (Dagster Pipes, wandb), knowing the model the
+    run resolved to. Process 0 copies the cache's tokenizer beside the checkpoints: evaluation needs no
+    other input."""
+    run, out = launch.run, launch.out
+    data = local_copy(launch.data)  # the batches read a few windows per step: from local disk
+    model = run.llama(TokenCache(data).info["vocab_size"])
+    if is_primary():
+        write_url(f"{out.rstrip('/')}/{TOKENIZER_FILE}", read_url(str(data / TOKENIZER_FILE)))
+    # batch(step) is a pure function of the step: resuming needs no replay of the data, and each
+    # process computes its own rows of it.
+    loader = MixtureLoader.from_config(
+        local_sources(run.data), str(data), model.seq_len, run.train.batch_size, run.train.seed
+    )
+    return train(model, run.train, loader, out, progress=launch.progress_bar, on_step=reporters(model))
+
+
+def local_sources(mixture: MixtureConfig) -> MixtureConfig:
+    """The mixture with each source's cache read from a local copy (``store.local_copy``)."""
+    sources = {
+        name: source.model_copy(update={"cache": str(local_copy(source.cache))}) if source.cache else source
+        for name, source in mixture.sources.items()
+    }
+    return mixture.model_copy(update={"sources": sources})
