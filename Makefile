@@ -27,10 +27,12 @@ demo: install
 	$(VENV)/bin/marin-pipelines demo
 
 # every tier (tests/tiers.py) on both cores: pytest-xdist hands whole files to two workers, so that a file's
-# fixtures are built once; the tiny pipeline's store is shared by both (tests/conftest.py)
+# fixtures are built once; the tiny pipeline's store is shared by both (tests/conftest.py). Files go out in
+# the order tests/tiers.py sorts them (slowest tier first), not xdist's default of most tests first, which
+# left the 3-test Postgres backfill to run alone at the end
 test: install
 	$(VENV)/bin/dg check defs
-	$(VENV)/bin/pytest -n 2 --dist loadfile
+	$(VENV)/bin/pytest -n 2 --dist loadfile --no-loadscope-reorder
 
 # the unit tier only: no Dagster, in process, seconds a test
 test-fast: install
