@@ -1,9 +1,15 @@
-"""The whole step graph, materialised in process on a tiny crawl: the same path `make demo` takes."""
+"""The whole step graph, materialised in process on a tiny crawl: the same path `make demo` takes.
+
+Its IsoFLOP ladder is the tests' one ladder trained through Dagster and the launcher: 9 rungs on a mixture
+of the crawl's text and a second source from another step (installed packages' text), each evaluated on
+both and on a held-out set, the forecast written before the target starts (with the held-out set's
+bits-per-byte forecast through the loss), the target, and the law checking the one against the other."""
 
 import json
 import math
 import sys
 
+import polars as pl
 import pytest
 from dagster import DagsterInstance
 from event_order import recorded_before_started
@@ -13,18 +19,50 @@ from tiny_pipeline import tiny_tokens
 from marin_pipelines.cli import main
 from marin_pipelines.defs.local_run import materialize_experiment
 from marin_pipelines.experiment import SKIPPED_MODULES, Experiment
-from marin_pipelines.experiments.defaults import forecast_target, isoflop_ladder, speedrun
+from marin_pipelines.experiments.defaults import (
+    forecast_target,
+    isoflop_ladder,
+    package_text,
+    speedrun,
+    tokenizer_and_cache,
+)
 from marin_pipelines.scaling.isoflop_ladder import target_run
+from marin_pipelines.stages.scaling import started_at
 from marin_pipelines.store import ArtifactStore
+from marin_pipelines.tokenize.tokenized_cache import TokenCache
 
 LADDER = {**TINY_LADDER, "target_budget": 1e11}
 EVALS = {"tasks": ["marin_python_mc", "marin_python_qa"]}
 
 tokens = tiny_tokens()  # the tiny pipeline's data steps: the session's tiny store holds them already
 DATA = {step.name for step in tokens.cache.upstream()}
+
+
+def packages(name: str, distributions: tuple[str, ...], fraction: float):
+    """Small pure-Python packages' text, tokenized with the crawl's tokenizer."""
+    text = package_text(f"tiny/{name}_text", distributions=distributions, include_stdlib=False)
+    return tokenizer_and_cache(
+        f"tiny/{name}", text, tokenizer=tokens.tokenizer, cache={"validation_fraction": fraction}
+    )
+
+
+extra = packages("extra", ("packaging", "pluggy"), 0.1)  # a second source of every training batch
+held = packages("held", ("attrs",), 0.5)  # no run trains on it: its bits-per-byte is forecast downstream
+MIXTURE = {"sources": {"main": {"weight": 3.0}, "extra": {"weight": 1.0, "cache": extra}}}
+ladder = isoflop_ladder(
+    "tiny",
+    tokens,
+    ladder=LADDER,
+    train={"log_every": 50},
+    data_mixture=MIXTURE,
+    evals=EVALS,
+    also={"held": held.cache},
+    batch_size=8,
+)
 # the target is the recipe's run at 2.5x the ladder's largest budget
-ladder = isoflop_ladder("tiny", tokens, ladder=LADDER, train={"log_every": 50}, evals=EVALS, batch_size=8)
-target = forecast_target("tiny", ladder, evals=EVALS, batch_size=8)
+target = forecast_target(
+    "tiny", ladder, downstream=["bpb/held"], evals=EVALS, also={"held": held.cache}, batch_size=8
+)
 RUNGS = ladder.checkpoints.partition_keys()
 
 
@@ -50,7 +88,8 @@ def graph(tiny_store):
 
 def test_every_asset_is_materialised_and_every_check_passes(graph):
     experiment, root, _, run = graph
-    assert len(experiment.all_steps) == 16  # crawl to dedup, quality, tokens, ladder, target, law, speedrun
+    # crawl to dedup, quality, tokens, two package texts and their caches, ladder, target, law, speedrun
+    assert len(experiment.all_steps) == 20
     outputs = expected_outputs(experiment)
     assert len(RUNGS) == 9 and len(outputs) == len(experiment.all_steps) - 2 + 2 * len(RUNGS)
     assert len(run.materialized) == len(outputs)
@@ -91,8 +130,10 @@ def test_stages_do_their_real_job(graph):
     assert 0 < meta["tiny/eval_results"]["bits_per_byte"] < 10
     scores = meta["tiny/eval_results"]["scores"]
     assert 0 <= scores["marin_python_mc/acc"] <= 1 and 0 <= scores["marin_python_qa/exact_match"] <= 1
-    # one source: the mixture's bits-per-byte is its own (recombined, so equal up to rounding)
-    assert scores["bpb/main"] == pytest.approx(meta["tiny/eval_results"]["bits_per_byte"], rel=1e-12)
+    # the training mixture's bits-per-byte combines its two sources' (the held-out set is apart)
+    sources = sorted([scores["bpb/main"], scores["bpb/extra"]])
+    assert sources[0] <= meta["tiny/eval_results"]["bits_per_byte"] <= sources[1]
+    assert scores["bpb/held"] > 0
     law, forecast = meta["tiny/isoflop_law"], meta["tiny/isoflop_forecast"]
     assert forecast["n_runs"] == len(RUNGS) and forecast["n_budgets"] == 3
     assert "data:image/png;base64," in ckpt["loss_curve"] and "data:image/png;base64," in law["frontier"]
@@ -120,6 +161,56 @@ def test_the_prediction_is_recorded_before_the_target_run_starts(graph):
     store = ArtifactStore(root)
     prediction, checkpoint = (store.get(s.key, s.version) for s in (target.prediction, target.checkpoint))
     assert prediction.manifest["created"] <= checkpoint.manifest["created"]
+
+
+def test_the_forecast_rests_on_the_ladder_and_is_checked_against_the_target(graph):
+    _, root, _, run = graph
+    store = ArtifactStore(root)
+    prediction, checkpoint, law = (
+        store.get(s.key, s.version) for s in (target.prediction, target.checkpoint, target.scaling_law)
+    )
+    record = json.loads(prediction.file("forecast.json").read_text())
+    cache = store.get(tokens.cache.key, tokens.cache.version)
+    assert record["cache"] == TokenCache(cache.url).identity  # the data it rests on
+    assert record["target"]["budget"] == 1e11 and len(record["runs"]) == len(RUNGS)
+    low, high = record["prediction"]["low"], record["prediction"]["high"]
+    assert low <= record["prediction"]["loss"] <= high
+    result = law.metadata["result"]
+    assert result["error"] == pytest.approx((result["predicted"] - result["actual"]) / result["actual"])
+    assert result["extrapolation"] == pytest.approx(2.5)
+    assert result["preregistered_at"] == record["preregistered_at"]  # the law reports when it was written
+    assert result["target_started_at"] == started_at(checkpoint.manifest).isoformat()
+    # the diagnostics: a unigram model pooled over both sources' tokens; 3 budgets fit no floor, so the
+    # forecast is a bound and the check warns, without blocking
+    assert prediction.metadata["target_epochs"] > 0 and prediction.metadata["unigram_loss"] < math.log(512)
+    warnings = record["diagnostics"]["warnings"]
+    floor = "the frontier's floor is not identified (with 3 budgets E is held at 0)"
+    assert any(w.startswith(floor) for w in warnings) and record["forecast"]["warnings"][0].startswith(floor)
+    informative = [c for c in run.checks if c.check == "ladder_informative"]
+    assert [(c.asset, c.passed, c.blocking) for c in informative] == [("tiny/isoflop_forecast", False, False)]
+    held_error = law.metadata["downstream"]["bpb/held"]
+    assert held_error["relative_error"] == pytest.approx(held_error["predicted"] / held_error["actual"] - 1)
+    for name in ("isoflop_curves.png", "frontier.png", "seed_spread.png", "downstream_bpb_held.png"):
+        assert law.file(name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_every_rung_is_one_row_of_the_table_and_the_package_text_funnel_is_conserved(graph):
+    _, root, _, _ = graph
+    store = ArtifactStore(root)
+    prediction = store.get(target.prediction.key, target.prediction.version)
+    table = pl.read_parquet(prediction.file("rungs.parquet"))
+    assert table.height == len(RUNGS)
+    assert table.columns[:7] == ["budget", "size", "seed", "params", "tokens", "flops", "loss"]
+    assert sorted(
+        f"{b:.3g}|{s}|s{d}".replace("+", "") for b, s, d in table.select("budget", "size", "seed").rows()
+    ) == sorted(RUNGS)
+    assert (table["flops"] / table["budget"]).is_between(0.8, 1.25).all()  # each rung spends its budget
+    assert table["bpb/held"].is_not_null().all() and table["bpb/extra"].is_not_null().all()
+    for text in (extra.cache.inputs["curated_text"], held.cache.inputs["curated_text"]):
+        corpus = store.get(text.key, text.version)
+        funnel = corpus.metadata["funnel"]
+        assert funnel["docs_in"] == funnel["docs_out"] + sum(funnel["removed"].values())
+        assert funnel["docs_out"] > 5 and len(corpus.metadata["corpus_version"]) == 64
 
 
 def test_second_run_recomputes_nothing(graph):
@@ -236,6 +327,14 @@ def test_the_summary_reads_the_run_back_from_the_store(graph):
     missed = not next(c for c in run.checks if c.check == "forecast_within_1_percent").passed
     assert ("WARNING: tiny/isoflop_law:forecast_within_1_percent did not pass" in text) == missed
     assert "FAILED" not in text
+    assert "IsoFLOP ladder: 9 runs, 3 budgets used; frontier L*(C) = " in text
+    assert text.count("| 1e+10 |") == text.count("| 2e+10 |") == text.count("| 4e+10 |") == 1
+    result, held_error = law["result"], law["downstream"]["bpb/held"]
+    assert f"loss {result['predicted']:.3f} [{result['low']:.3f}, {result['high']:.3f}]" in text
+    # 3 sizes of one seed per budget: each parabola is exact, and the summary says why there is no spread
+    assert ("(no spread: sweep more than 3 sizes" in text) == (result["low"] == result["high"])
+    assert f"actual {result['actual']:.3f} ({100 * result['error']:+.1f}%)" in text
+    assert f"bpb/held: forecast {held_error['predicted']:.3f}, actual {held_error['actual']:.3f}" in text
 
 
 def test_the_speedrun_trains_and_evaluates_each_run_through_the_launcher(graph):
