@@ -40,6 +40,11 @@ PROJECT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(PROJECT / ".marin" / "jax_cache"))
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 
+# No wandb run for every training process of the tests (starting one costs 3 s: its service and its imports,
+# ~50 training processes a run). The tests of tracking ask for it, offline: tests/unit/train/test_tracking.py,
+# and tests/system/test_secrets.py with the project's default (no WANDB_MODE set)
+os.environ["WANDB_MODE"] = "disabled"
+
 # gcsfs reads this when imported: its default asks a gRPC control API for the bucket type, which the
 # emulator below does not speak (each call would wait 60 s for it)
 os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
