@@ -101,7 +101,7 @@ def test_the_command_fine_tunes_and_compares_on_held_out_chat(sft_base, tmp_path
 
 def test_sigkill_mid_sft_then_the_same_command_ends_bit_identical(sft_base, tmp_path):
     config = tmp_path / "sft.yaml"
-    config.write_text("train:\n  steps: 200\n  batch_size: 8\n  checkpoint_every: 20\n  keep_last: 2\n")
+    config.write_text("train:\n  steps: 80\n  batch_size: 8\n  checkpoint_every: 10\n  keep_last: 2\n")
     cli = str(Path(sys.executable).parent / "marin-pipelines")
     env = {**os.environ, "WANDB_MODE": "disabled", "JAX_PLATFORMS": "cpu"}
 
@@ -134,11 +134,11 @@ def test_sigkill_mid_sft_then_the_same_command_ends_bit_identical(sft_base, tmp_
     process.send_signal(signal.SIGKILL)
     process.wait()
     interrupted_at = saved(tmp_path / "killed")[-1]
-    assert 0 < interrupted_at < 200, "the kill came too late to test anything"
+    assert 0 < interrupted_at < 80, "the kill came too late to test anything"
     done = subprocess.run(command(tmp_path / "killed"), env=env, check=True, capture_output=True, text=True)
     assert json.loads(done.stdout.strip().splitlines()[-1])["resumed_from_step"] >= interrupted_at
     full, killed = (load_params(tmp_path / name) for name in ("full", "killed"))
-    assert full[3] == killed[3] == 200 and params_sha256(full[1]) == params_sha256(killed[1])
+    assert full[3] == killed[3] == 80 and params_sha256(full[1]) == params_sha256(killed[1])
 
 
 def test_chat_data_with_no_assistant_token_within_the_sequence_is_a_clear_error(sft_base, tmp_path):
