@@ -157,7 +157,7 @@ def run_forecast(
     cache = opened_cache(data, steps, say)
     check_data(plan, target_planned, len(cache.train), max_epochs)
     say_plan(plan, ladder, target_planned, say)
-    done = run_steps([steps.target.scaling_law], store, log=say)
+    done = run_steps([steps.target.scaling_law], store, log=say, found=data)
     return summary(done, steps, chosen.name, cpu_seconds() - cpu_at_start, say)
 
 

@@ -32,25 +32,13 @@ class CheckFailed(ValueError):
     """A blocking check failed on a step's output: nothing downstream of it runs."""
 
 
-@dataclass(frozen=True)
-class CheckResult:
-    step: str
-    partition: str | None
-    name: str
-    passed: bool
-    blocking: bool
-    metadata: dict[str, Any]
-
-
 @dataclass
 class StepRun:
-    """What a run of steps found or made: each step's output (by partition key for a partitioned step),
-    which of them this run built (the others were complete already, or made meanwhile by another run), and
-    every check's result."""
+    """What a run of steps found or made: each step's output (by partition key for a partitioned step), and
+    which of them this run built (the others were complete already, or made meanwhile by another run)."""
 
     outputs: dict[str, Any] = field(default_factory=dict)  # name -> Artifact, or partition -> Artifact
     built: set[tuple[str, str | None]] = field(default_factory=set)
-    checks: list[CheckResult] = field(default_factory=list)
 
     def output(self, step: Step) -> Artifact:
         return self.outputs[step.name]
@@ -95,16 +83,21 @@ def run_steps(
     engine: Engine | None = None,
     resources: dict[str, Any] | None = None,
     log: Log = lambda _: None,
+    found: StepRun | None = None,
 ) -> StepRun:
     """Every step ``steps`` need, in order, each reused when complete or built; see the module docstring.
 
     ``engine`` runs the data stages' units (one process when None); ``resources`` are the stages' other
-    needs (an annotator). Raises the step's own error, or ``CheckFailed``, at the first step that fails."""
-    run = StepRun()
+    needs (an annotator). ``found``: an earlier call's run, whose steps are taken as they are and which
+    this call adds to. Raises the step's own error, or ``CheckFailed``, at the first step that fails; a
+    check that only warns is told to ``log``."""
+    run = found or StepRun()
     made_by = {"step_run": uuid.uuid4().hex[:12]}  # tells this run's outputs from those it found
     needs = {"launcher": launcher or InProcessLauncher(log), **(resources or {})}
     with (engine or LocalEngine(1)).session() as running:  # one pool (or connection) for every step
         for step in topological(steps):
+            if step.name in run.outputs:
+                continue
             keys = step.partition_keys(strict=True) if step.partitioning else [None]
             outputs = {}
             for key in keys:
@@ -112,7 +105,7 @@ def run_steps(
                 artifact = build_step(ctx, step_inputs(step, key, run.outputs))
                 if artifact.manifest.get("made_by") == made_by:
                     run.built.add((step.name, key))
-                run.checks += checked(step, key, artifact)
+                check(step, key, artifact, log)
                 outputs[key] = artifact
             run.outputs[step.name] = outputs if step.partitioning else outputs[None]
     return run
@@ -129,13 +122,15 @@ def step_inputs(step: Step, partition: str | None, outputs: dict[str, Any]) -> d
     return inputs
 
 
-def checked(step: Step, partition: str | None, artifact: Artifact) -> list[CheckResult]:
-    """The step's checks on its output; ``CheckFailed`` for a blocking one that fails."""
-    results = []
-    for name, check in step.stage.checks.items():
-        passed, metadata = check.fn(artifact)
-        results.append(CheckResult(step.name, partition, name, passed, check.blocking, metadata))
-        if check.blocking and not passed:
-            where = step.name + (f" [{partition}]" if partition else "")
-            raise CheckFailed(f"{where}: check {name} failed ({check.description}): {metadata}")
-    return results
+def check(step: Step, partition: str | None, artifact: Artifact, log: Log) -> None:
+    """The step's checks on its output: ``CheckFailed`` for a blocking one that fails, a warning in the log
+    for one that only warns (a missed forecast is a result, not a broken pipeline)."""
+    where = step.name + (f" [{partition}]" if partition else "")
+    for name, spec in step.stage.checks.items():
+        passed, metadata = spec.fn(artifact)
+        if passed:
+            continue
+        said = f"{where}: check {name} did not pass ({spec.description}): {metadata}"
+        if spec.blocking:
+            raise CheckFailed(said)
+        log(f"warning: {said}")

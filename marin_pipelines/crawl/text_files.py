@@ -4,8 +4,9 @@ document.
 
 A folder holding ``documents-*.parquet`` (a document stage's or ``package_text``'s output) gives those
 shards only, not its manifest or removed documents; any other folder gives every file under it, hidden
-names and ``__pycache__`` left out. A plain file that is not UTF-8 text is left out and counted, with its
-path; a collection that cannot be read is an error naming it (``tokenize/text_sources.py``).
+names and ``__pycache__`` left out. A plain file that is not UTF-8 text, and a document of nothing but
+whitespace, are left out and counted, with their file; a collection that cannot be read is an error naming
+it (``tokenize/text_sources.py``).
 """
 
 from __future__ import annotations
@@ -21,8 +22,9 @@ from marin_pipelines.tokenize.text_sources import read_chunk, text_chunks, text_
 
 DOCUMENT_SUFFIXES = (".jsonl", ".parquet")  # files that hold many documents; any other file is one
 SKIPPED_NAMES = ("__pycache__",)  # bytecode caches beside source files: never text
-NOT_UTF8 = "not_utf8"  # the reason a plain file is left out
+NOT_UTF8 = "not_utf8"  # the reasons a document is left out
 UNREADABLE = "unreadable"
+EMPTY = "empty"  # nothing but whitespace
 
 
 @dataclass(frozen=True)
@@ -67,12 +69,12 @@ def _files_under(folder: Path) -> Iterator[Path]:
 
 
 def text_documents(text: TextFiles) -> Iterator[Decision]:
-    """``(document, reason)`` for every document (``reason`` None) and every plain file left out (the
-    reason, with its path as the document's ``source``), collections first, each in file order."""
+    """``(document, reason)`` for every document (``reason`` None) and every one left out (the reason, with
+    its file as the document's ``source``), collections first, each in file order."""
     if text.collections:
         for chunk in text_chunks([str(f) for f in text.collections]):
             for doc_id, body in read_chunk(chunk):
-                yield {"id": doc_id, "text": body, "source": chunk.url}, None
+                yield {"id": doc_id, "text": body, "source": chunk.url}, None if body.strip() else EMPTY
     for file in text.plain:
         try:
             body = file.read_bytes().decode("utf-8")
@@ -82,4 +84,4 @@ def text_documents(text: TextFiles) -> Iterator[Decision]:
         except OSError:
             yield {"id": str(file), "text": None, "source": str(file)}, UNREADABLE
             continue
-        yield {"id": text_id(body), "text": body, "source": str(file)}, None
+        yield {"id": text_id(body), "text": body, "source": str(file)}, None if body.strip() else EMPTY

@@ -7,7 +7,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from marin_pipelines.crawl.text_files import NOT_UTF8, find_text, text_documents
+from marin_pipelines.crawl.text_files import EMPTY, NOT_UTF8, find_text, text_documents
 from marin_pipelines.tokenize.text_sources import text_id
 
 
@@ -31,6 +31,7 @@ def test_every_kind_of_file_gives_its_documents_and_a_binary_one_is_counted(tmp_
     )
     pq.write_table(pa.table({"text": ["three"]}), tmp_path / "rows.parquet")
     (tmp_path / "image.png").write_bytes(b"\x89PNG\r\n\x1a\n\xff\xff")
+    (tmp_path / "blank.md").write_text(" \n\t\n")
     (tmp_path / ".hidden").write_bytes(b"\xff")  # hidden names and bytecode caches are not looked at
     (tmp_path / "sub" / "__pycache__" / "x.pyc").write_bytes(b"\xff")
     decisions = list(text_documents(find_text([tmp_path])))
@@ -42,7 +43,7 @@ def test_every_kind_of_file_gives_its_documents_and_a_binary_one_is_counted(tmp_
         (text_id("plain text"), "plain text"),
     ]
     left_out = [(doc["source"], reason) for doc, reason in decisions if reason is not None]
-    assert left_out == [(str(tmp_path / "image.png"), NOT_UTF8)]
+    assert left_out == [(str(tmp_path / "blank.md"), EMPTY), (str(tmp_path / "image.png"), NOT_UTF8)]
 
 
 def test_a_missing_path_or_an_empty_folder_is_an_error(tmp_path):
