@@ -111,16 +111,18 @@ def killed_four_times(tiny_store, tmp_path_factory):
         # included compiling, which the JAX cache the run shares can spare the killed run: a kill that
         # finds the step done is tried again, earlier, on the step's output removed
         delay = rng.uniform(0.05, 0.5) * took
+        said = ""  # every try's output: a retry reuses what the try before it took over and finished
         for _ in range(KILL_TRIES):
             done = run_until_killed(command, env, store, step, delay)
             assert done.returncode == -signal.SIGKILL, done.stdout[-3000:]
+            said += done.stdout
             finished = store.get(step.key, step.version, partition(step))
             if finished is None:
                 break
             shutil.rmtree(finished.path)
             delay /= 4
         assert finished is None, f"{stage} finished before each of {KILL_TRIES} kills"
-        logs.append(done.stdout)
+        logs.append(said)
         kills.append((stage, round(delay, 2)))
     final = subprocess.run(command, env=env, capture_output=True, text=True)
     assert final.returncode == 0, final.stdout[-3000:] + final.stderr[-3000:]
