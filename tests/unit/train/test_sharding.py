@@ -29,7 +29,8 @@ print(json.dumps({{"spec": [str(s) for s in spec]}}))
 
 def test_four_devices_match_one(tmp_path):
     train(MODEL, SHORT, repeating_batches, tmp_path / "one", progress=False)
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4", "JAX_PLATFORMS": "cpu"}
+    flags = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=4"
+    env = {**os.environ, "XLA_FLAGS": flags, "JAX_PLATFORMS": "cpu"}
     out = subprocess.run(
         [sys.executable, "-c", FOUR_DEVICES, str(tmp_path / "four")], env=env, capture_output=True, text=True
     )
