@@ -32,6 +32,7 @@ import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
 from marin_pipelines.cpu_limit import available_cpus
+from marin_pipelines.orphans import die_with_parent
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -77,7 +78,10 @@ class LocalEngine:
 
     def _pool(self, size: int) -> ProcessPoolExecutor:
         context = multiprocessing.get_context(self.start_method)
-        return ProcessPoolExecutor(min(self.workers, size), mp_context=context)
+        # a worker dies with this process: a killed run leaves no worker writing into its work folder
+        return ProcessPoolExecutor(
+            min(self.workers, size), mp_context=context, initializer=die_with_parent, initargs=(os.getpid(),)
+        )
 
 
 @dataclass(frozen=True)

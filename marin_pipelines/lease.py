@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import fsspec
 from fsspec import AbstractFileSystem
 from fsspec.implementations.local import LocalFileSystem
 
@@ -146,12 +147,22 @@ def ended_here(owner: dict[str, Any]) -> bool:
     if owner.get("host") != socket.gethostname():
         return False
     try:
-        os.kill(int(owner["pid"]), 0)
+        pid = int(owner["pid"])
+        os.kill(pid, 0)
     except ProcessLookupError:
         return True
     except (PermissionError, KeyError, ValueError, TypeError):
         return False
-    return False
+    return _zombie(pid)
+
+
+def _zombie(pid: int) -> bool:
+    """Dead but not yet reaped (Linux: state Z), as a killed launcher's child is until it is waited for."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[-1].split()[0] == "Z"
 
 
 def describe(owner: dict[str, Any]) -> str:
@@ -235,3 +246,17 @@ def clear_markers(fs: AbstractFileSystem, path: str) -> None:
     for entry in entries:
         if entry.rstrip("/").rsplit("/", 1)[-1].startswith(f"{name}."):
             fs.rm_file(entry)
+
+
+@contextmanager
+def hold_output(url: str, command: str, say: Callable[[str], None]) -> Iterator[Lease]:
+    """The lease of a command's output (a run folder, a cache, a results file) for the block: the same lease
+    a step takes on its version, beside the output (``.NAME.lease``), so that a second command writing there
+    waits for the first (then resumes or reuses what it finished) instead of writing beside it."""
+    fs, path = fsspec.core.url_to_fs(url)
+    folder, _, name = path.rstrip("/").rpartition("/")
+    fs.makedirs(folder or ".", exist_ok=True)
+    lease_path = f"{folder}/.{name}.lease" if folder else f".{name}.lease"
+    with hold(fs, lease_path, lambda: False, this_process(command=command), lease_ttl(), say) as lease:
+        assert lease is not None  # never done before it starts: a command always does its work
+        yield lease

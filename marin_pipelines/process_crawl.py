@@ -47,9 +47,10 @@ def process_crawl(
     """Read, extract, filter and deduplicate the files as one snapshot; returns each stage's funnel.
 
     ``configs`` overrides a stage's config by stage name (``web_documents``, ``extract``, ``filters``,
-    ``dedup``), as an experiment's ``crawl_and_text`` would. When no document is left, ``note`` is told
-    which stage removed them all and why (a counted outcome, not an error). ``engine`` runs the stages'
-    units (one process when None); ``progress`` hears each stage's units done and its output.
+    ``dedup``), as an experiment's ``crawl_and_text`` would. ``note`` is told what the reader could not
+    read (damaged or truncated files: a line per file) and, when no document is left, which stage removed
+    them all and why (a counted outcome, not an error). ``engine`` runs the stages' units (one process when
+    None); ``progress`` hears each stage's units done and its output.
     The steps run through ``step_runner.run_steps``, as ``forecast``'s do."""
     if not SNAPSHOT_KEY.fullmatch(snapshot):
         raise ValueError(f"--snapshot {snapshot!r}: use {SNAPSHOT_RULE}")
@@ -57,6 +58,9 @@ def process_crawl(
     steps = list(listed_files_and_text(EXPERIMENT, [str(f) for f in files], snapshot, **(configs or {})))
     store = ArtifactStore(out)
     run = run_steps(steps, store, engine=engine, log=progress)
+    for step in steps:
+        for line in damage_report(run.partitions(step)[snapshot].metadata.get("records", {})):
+            note(line)  # web_documents' reader: the files it found damaged
     last = run.partitions(steps[-1])[snapshot]
     if not last.metadata["funnel"]["docs_out"]:
         note(f"no documents left: {where_documents_ran_out(store, steps[-1:])}")
@@ -65,3 +69,21 @@ def process_crawl(
         for step in steps
         if step.stage.documents
     }
+
+
+def damage_report(records: dict[str, Any], most: int = 3) -> list[str]:
+    """Lines for the files the reader found damaged, from ``web_documents``' ``records`` metadata: a line a
+    file, with the bytes and gzip members skipped there and its first errors."""
+    skipped: dict[str, dict[str, int]] = records.get("skipped", {}).get("files", {})
+    errors: list[str] = records.get("errors", [])
+    files = sorted({*skipped, *(error.split(": ", 1)[0] for error in errors)})
+    if not files:
+        return []
+    lines = [f"{len(files)} damaged files: what could not be read was skipped, the rest of each was read"]
+    for name in files:
+        said = [error.split(": ", 1)[-1] for error in errors if error.startswith(f"{name}: ")]
+        lost = skipped.get(name)
+        parts = [f"skipped {lost['bytes']} bytes, {lost['members']} gzip members"] if lost else []
+        more = f"; and {len(said) - most} more errors" if len(said) > most else ""
+        lines.append(f"{name}: " + "; ".join(parts + said[:most]) + more)
+    return lines

@@ -284,16 +284,26 @@ class Step:
 
 
 def topological(roots: Iterable[Step]) -> list[Step]:
-    """The steps reachable from ``roots`` (inputs and ``after`` edges), each after its upstreams."""
+    """The steps reachable from ``roots`` (inputs and ``after`` edges), each after its upstreams; a cycle
+    is a ``StepError`` naming its steps (no order could run them, and no version could be computed)."""
     order: list[Step] = []
     seen: set[int] = set()
+    path: list[Step] = []  # the steps being visited, each an upstream of the one before it
 
     def visit(step: Step) -> None:
+        if any(step is on for on in path):
+            cycle = [*path[next(i for i, on in enumerate(path) if on is step) :], step]
+            raise StepError(
+                "steps form a cycle through their inputs and after edges: "
+                + " <- ".join(f"{s.name} ({s.declared_at})" for s in cycle)
+            )
         if id(step) in seen:
             return
-        seen.add(id(step))
+        path.append(step)
         for upstream in (*step.inputs.values(), *step.after):
             visit(upstream)
+        path.pop()
+        seen.add(id(step))
         order.append(step)
 
     for root in roots:

@@ -81,11 +81,23 @@ def read_url(url: str) -> str:
     return fs.cat_file(path).decode()
 
 
-def write_url(url: str, text: str) -> None:
-    """A whole text file at a local path or a URL (its folder made where folders exist)."""
+def write_url(url: str, data: str | bytes) -> None:
+    """A whole file at a local path or a URL (its folder made where folders exist), replaced in one step: a
+    reader (or a resumed run) finds the old file or the new one, never a part. An object upload is that
+    already; a local file is written beside and renamed."""
     fs, path = fsspec.core.url_to_fs(url)
-    fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
-    fs.pipe_file(path, text.encode())
+    folder, name = path.rsplit("/", 1)
+    fs.makedirs(folder, exist_ok=True)
+    data = data.encode() if isinstance(data, str) else data
+    if not isinstance(fs, LocalFileSystem):
+        fs.pipe_file(path, data)
+        return
+    partial = Path(folder) / f".{name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.partial"
+    try:
+        partial.write_bytes(data)
+        os.replace(partial, path)
+    finally:
+        partial.unlink(missing_ok=True)
 
 
 def read_manifest(url: str) -> dict[str, Any] | None:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import json
+
+from marin_pipelines.cli import print_json
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -32,5 +33,5 @@ def print_info(directory: str, step: int | None) -> int:
         "checkpoints": steps,
         "model": config.model_dump(),
     }
-    print(json.dumps(info, indent=2))
+    print_json(info, indent=2)
     return 0

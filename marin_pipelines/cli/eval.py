@@ -23,6 +23,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from marin_pipelines.cli.outputs import check_file, held
 from marin_pipelines.cli.step_config import add_step_config, step_config
 
 if TYPE_CHECKING:
@@ -133,7 +134,9 @@ def run(args: argparse.Namespace) -> int:
     from marin_pipelines.evals.launched import evaluate_launched, summary_message
 
     launch = eval_launch(args)
+    check_file(launch.out)
     with ExitStack() as stack:  # under Pipes, an error is reported to the orchestrator before it is raised
+        stack.enter_context(held(launch.out, "eval"))  # a second evaluation into the file waits for this one
         pipes = (
             stack.enter_context(open_dagster_pipes())
             if PipesEnvVarParamsLoader().is_dagster_pipes_process()

@@ -7,10 +7,11 @@ stored one, the config fields and inputs that changed."""
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
+
+from marin_pipelines.cli import print_json
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -55,7 +56,7 @@ def run_experiments(names: list[str], store_root: str | None, dry: bool = False)
         )
     if dry:
         for name in names:
-            print(json.dumps(dry_run(name, store_root)))
+            print_json(dry_run(name, store_root))
         return 0
     from dagster import DagsterInstance  # here: a dry run needs no Dagster
 

@@ -5,8 +5,9 @@ template of a chat model); prints the config as JSON. Either may be a URL (gs://
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
+
+from marin_pipelines.cli import print_json
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -27,5 +28,5 @@ def export(train_dir: str, out_dir: str, chat_template: Path | None = None) -> i
     from marin_pipelines.train.export import export_hf
 
     template = chat_template.read_text() if chat_template else None
-    print(json.dumps(export_hf(train_dir, out_dir, template), indent=2))
+    print_json(export_hf(train_dir, out_dir, template), indent=2)
     return 0

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
 import math
 from pathlib import Path
 from typing import Any
+
+from marin_pipelines.cli import print_json
 
 COLUMNS = ("params", "tokens", "loss")
 
@@ -73,5 +74,5 @@ def fit_runs(path: Path, points: list[str], bootstrap: int, seed: int) -> int:
         "n_runs": fitted["n_runs"],
         "predictions": [law_fit.predict(n, d) for n, d in targets],
     }
-    print(json.dumps(out))
+    print_json(out)
     return 0

@@ -15,6 +15,8 @@ import json
 import sys
 from typing import Any
 
+from marin_pipelines.cli import print_json
+
 
 def budgets(text: str) -> list[float]:
     """``1e11,2e11,4e11``: FLOP budgets."""
@@ -105,5 +107,5 @@ def run_forecast_command(args: argparse.Namespace) -> int:
         recipe_overrides=dict(args.recipe_option),
         progress=say,
     )
-    print(json.dumps(result), flush=True)
+    print_json(result)
     return 0

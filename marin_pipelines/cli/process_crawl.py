@@ -5,10 +5,11 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
+from marin_pipelines.cli import print_json
 from marin_pipelines.cli.engine_flags import add_engine_arguments, engine_from
+from marin_pipelines.cli.outputs import naming
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -29,6 +30,7 @@ def _run(args: argparse.Namespace) -> int:
     from marin_pipelines.process_crawl import process_crawl  # here: `--help` stays fast
 
     engine = engine_from(args)
-    funnels = process_crawl(args.warc, args.out, args.snapshot, engine, progress=print, note=note)
-    print(json.dumps(funnels, sort_keys=True))
+    with naming(args.out):
+        funnels = process_crawl(args.warc, args.out, args.snapshot, engine, progress=print, note=note)
+    print_json(funnels, sort_keys=True)
     return 0

@@ -16,6 +16,8 @@ import os
 from contextlib import ExitStack
 from typing import TYPE_CHECKING, Any
 
+from marin_pipelines.cli import print_json
+from marin_pipelines.cli.outputs import check_folder, held
 from marin_pipelines.cli.step_config import add_step_config, step_config
 from marin_pipelines.cli.train import positive_int, step_reporters
 
@@ -62,6 +64,7 @@ def sft_launch(args: argparse.Namespace) -> SFTLaunch:
 
 def run(args: argparse.Namespace) -> int:
     launch = sft_launch(args)
+    check_folder(launch.out)
     from marin_pipelines.train.distributed import initialize, is_primary
 
     initialize()  # before JAX touches a device, as `train` does
@@ -74,23 +77,26 @@ def run(args: argparse.Namespace) -> int:
     config, out = launch.train, launch.out
     template = launch.chat_template or DEFAULT_TEMPLATE
     with ExitStack() as stack:
+        if is_primary():  # one run writes a folder, as in `train`
+            stack.enter_context(held(out, "sft"))
         tracked = {"base": launch.base, "data": launch.data, "train": config.model_dump()}
         callbacks = step_reporters(stack, out, tracked, config.log_every)
         summary = sft(launch.base, launch.data, out, config, template, launch.progress_bar, callbacks)
-    if launch.heldout and is_primary():
-        summary["heldout_chat_loss"] = heldout_losses(
-            launch.base, out, launch.heldout, template, config.batch_size
-        )
-        write_url(f"{out.rstrip('/')}/{HELDOUT_FILE}", json.dumps(summary["heldout_chat_loss"], indent=2))
+        if launch.heldout and is_primary():
+            summary["heldout_chat_loss"] = losses = heldout_losses(
+                launch.base, out, launch.heldout, template, config.batch_size
+            )
+            write_url(f"{out.rstrip('/')}/{HELDOUT_FILE}", json.dumps(losses, indent=2))
     if is_primary() and not os.environ.get(DAGSTER_PIPES_CONTEXT_ENV_VAR):
-        print(json.dumps(summary))
+        print_json(summary)
     return 0
 
 
 def heldout_losses(
     base: str, tuned: str, heldout: list[str], template: str, batch_size: int
 ) -> dict[str, Any]:
-    """Loss per assistant token on the held-out conversations, of the base run and of the tuned one."""
+    """Loss per assistant token on the held-out conversations, of the base run and of the tuned one (None,
+    with ``no_loss`` saying why, where no assistant token could be scored)."""
     from tokenizers import Tokenizer
     from upath import UPath
 
@@ -105,4 +111,6 @@ def heldout_losses(
         measured = chat_loss(load_checkpoint(where)[0], chat, heldout, batch_size)
         result[name] = measured["loss"]
         result["assistant_tokens"] = measured["assistant_tokens"]
+        if "no_loss" in measured:
+            result["no_loss"] = measured["no_loss"]
     return result

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import time
@@ -11,10 +10,14 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
+from marin_pipelines.cli import print_json
 from marin_pipelines.cli.engine_flags import add_engine_arguments, engine_from
+from marin_pipelines.cli.outputs import check_folder, held, naming
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
+
+    from marin_pipelines.tokenize.tokenized_cache import CacheBuild
 
 T = TypeVar("T", bound="BaseModel")
 
@@ -37,14 +40,39 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_tokenize(args: argparse.Namespace) -> int:
-    from marin_pipelines.tokenize.text_sources import read_chunk, text_chunks
-    from marin_pipelines.tokenize.tokenized_cache import CacheConfig, build_cache
-    from marin_pipelines.tokenize.tokenizer import NoText, TokenizerConfig, load_tokenizer, train_tokenizer
-
     started = time.time()
     out = Path(args.out)
     if out.exists():
         raise ValueError(f"--out {out} already exists; a cache is written to a new folder")
+    check_folder(str(out.parent), "--out")
+    with held(str(out), "tokenize"):  # two commands never build into one work folder
+        if out.exists():  # built by the command this one waited for
+            raise ValueError(
+                f"--out {out} was made meanwhile by another command; a cache is written to a new folder"
+            )
+        with naming(str(out)):
+            build = _build(args, out)
+    splits = build.info["splits"]
+    summary = {
+        "out": str(out),
+        "documents": sum(s["documents"] for s in splits.values()),
+        "tokens": sum(s["tokens"] for s in splits.values()),
+        "shards": sum(len(s["shards"]) for s in splits.values()),
+        "vocab_size": build.info["vocab_size"],
+        **{f"{name}_{key}": s[key] for name, s in splits.items() for key in ("documents", "tokens")},
+        "chunks_reused": build.chunks_reused,
+        "seconds": round(time.time() - started, 2),
+    }
+    print_json(summary)
+    return 0
+
+
+def _build(args: argparse.Namespace, out: Path) -> CacheBuild:
+    """The cache of ``args.input`` built beside ``out`` and renamed into place."""
+    from marin_pipelines.tokenize.text_sources import read_chunk, text_chunks
+    from marin_pipelines.tokenize.tokenized_cache import CacheConfig, build_cache
+    from marin_pipelines.tokenize.tokenizer import NoText, TokenizerConfig, load_tokenizer, train_tokenizer
+
     config = flags_config(CacheConfig, validation_fraction=args.validation_fraction, seed=args.seed)
     if args.tokenizer:
         tokenizer = load_tokenizer(args.tokenizer)
@@ -66,19 +94,7 @@ def run_tokenize(args: argparse.Namespace) -> int:
         os.replace(tmp, out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    splits = build.info["splits"]
-    summary = {
-        "out": str(out),
-        "documents": sum(s["documents"] for s in splits.values()),
-        "tokens": sum(s["tokens"] for s in splits.values()),
-        "shards": sum(len(s["shards"]) for s in splits.values()),
-        "vocab_size": build.info["vocab_size"],
-        **{f"{name}_{key}": s[key] for name, s in splits.items() for key in ("documents", "tokens")},
-        "chunks_reused": build.chunks_reused,
-        "seconds": round(time.time() - started, 2),
-    }
-    print(json.dumps(summary))
-    return 0
+    return build
 
 
 def flags_config(model: type[T], **fields: object) -> T:

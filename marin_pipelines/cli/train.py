@@ -12,13 +12,14 @@ the cache's ``tokenizer.json`` into ``--out``, so that ``marin-pipelines eval`` 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from typing import TYPE_CHECKING, Any
 
+from marin_pipelines.cli import print_json
+from marin_pipelines.cli.outputs import check_folder, held
 from marin_pipelines.cli.step_config import add_step_config, step_config
 
 if TYPE_CHECKING:
@@ -93,6 +94,7 @@ def step_reporters(
 
 def run_train(args: argparse.Namespace) -> int:
     launch = train_launch(args)
+    check_folder(launch.out)
     if args.num_processes or args.devices_per_process:
         return run_local_group(launch, args.num_processes or 1, args.devices_per_process or 1)
     return train_process(launch)
@@ -129,6 +131,8 @@ def train_process(launch: TrainLaunch) -> int:
 
     train = launch.run.train
     with ExitStack() as stack:
+        if is_primary():  # one run writes a folder: a second waits, then resumes what the first finished
+            stack.enter_context(held(launch.out, "train"))
         summary = train_launched(
             launch,
             lambda model: step_reporters(
@@ -136,7 +140,7 @@ def train_process(launch: TrainLaunch) -> int:
             ),
         )
     if is_primary() and not os.environ.get(DAGSTER_PIPES_CONTEXT_ENV_VAR):  # under Pipes it goes back there
-        print(json.dumps(summary, indent=2))
+        print_json(summary, indent=2)
     return 0
 
 

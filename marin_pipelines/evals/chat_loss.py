@@ -37,7 +37,7 @@ def chat_loss(
 ) -> dict[str, Any]:
     """``{"loss": nats per assistant token, "assistant_tokens": how many were scored, ...}`` with the counts
     of what was read (conversations, skipped lines by reason, conversations cut to the sequence length,
-    tokens in all)."""
+    tokens in all). With no assistant token to score, ``loss`` is None and ``no_loss`` says why."""
     stats = ChatStats()
     examples = (template.encode(messages) for messages in read_conversations(urls, stats))
     rows = list(pack(examples, model.config.seq_len, stats))
@@ -51,11 +51,15 @@ def chat_loss(
         nll = np.asarray(_packed_nll(model, tokens, segments), np.float64)
         total += float((nll * weights).sum())
         count += float(weights.sum())
-    return {
-        **stats.as_dict(),
-        "loss": total / count if count else float("nan"),
-        "assistant_tokens": int(count),
-    }
+    result = {**stats.as_dict(), "loss": total / count if count else None, "assistant_tokens": int(count)}
+    if not count:
+        result["no_loss"] = (
+            f"no conversation read (lines skipped: {dict(stats.skipped)})"
+            if not stats.conversations
+            else f"no assistant token of {stats.conversations} conversations within seq_len "
+            f"{model.config.seq_len} ({stats.cut_off} cut off before the assistant's turn)"
+        )
+    return result
 
 
 def _empty(seq_len: int) -> PackedSequence:

@@ -183,8 +183,12 @@ def evaluate_checkpoint(
     if chat_sets:
         results["chat"] = {}
         for name, paths in chat_sets.items():
-            results["chat"][name] = chat_loss(model, template, paths, batch_size)
-            say(f"chat {name}: {results['chat'][name]['loss']:.4f} nats per assistant token")
+            measured = results["chat"][name] = chat_loss(model, template, paths, batch_size)
+            loss = measured["loss"]
+            say(
+                f"chat {name}: "
+                + (f"{loss:.4f} nats per assistant token" if loss is not None else measured["no_loss"])
+            )
     return results
 
 
@@ -198,7 +202,8 @@ def scores(results: dict[str, Any]) -> dict[str, float]:
         flat[f"bpb/{name}"] = float(r["bits_per_byte"])
         flat[f"loss/{name}"] = float(r["loss"])
     for name, r in results.get("chat", {}).items():
-        flat[f"chat/{name}"] = float(r["loss"])
+        if r["loss"] is not None:  # else nothing was scored (its ``no_loss`` says why)
+            flat[f"chat/{name}"] = float(r["loss"])
     for task, metrics in task_scores(results).items():
         flat.update({f"{task}/{metric}": value for metric, value in metrics.items()})
     return flat

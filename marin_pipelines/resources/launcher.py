@@ -26,6 +26,7 @@ from dagster import AssetExecutionContext, ConfigurableResource, PipesSubprocess
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from marin_pipelines.evals.launch_config import EvalLaunch
+from marin_pipelines.orphans import launched_env
 from marin_pipelines.resources.multi_host import HostGroup, env_list, jobset
 from marin_pipelines.store import STORE_ROOT
 from marin_pipelines.train.launch_config import TrainingLaunch
@@ -101,7 +102,8 @@ class LocalLauncher(LauncherResource):
     def launch(
         self, context: AssetExecutionContext, args: list[str], env: dict[str, str] | None = None
     ) -> list[Any]:
-        client = PipesSubprocessClient(env={**(env or {}), **self.child_env()})
+        # the child dies with this process (orphans.py): a killed run leaves no child training on
+        client = PipesSubprocessClient(env={**(env or {}), **self.child_env(), **launched_env()})
         invocation = client.run(context=context, command=[self.python, *args])
         return invocation.get_custom_messages()
 

@@ -53,6 +53,7 @@ class ChatStats:
     cut_off: int = 0  # longer than a sequence with no assistant token in its first one: left out
     tokens: int = 0
     assistant_tokens: int = 0
+    warnings: list[str] = field(default_factory=list)  # what a run on these examples should be told
 
     def skip(self, reason: str, place: str) -> None:
         self.skipped[reason] += 1
@@ -69,6 +70,7 @@ class ChatStats:
             "cut_off": self.cut_off,
             "tokens": self.tokens,
             "assistant_tokens": self.assistant_tokens,
+            "warnings": self.warnings,
         }
 
 

@@ -25,11 +25,11 @@ import json
 import logging
 import os
 import shutil
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, replace
-from functools import cached_property, lru_cache
+from functools import lru_cache
 from itertools import chain, groupby
 from pathlib import Path
 from typing import Any
@@ -57,6 +57,9 @@ RECORD_FORMAT = 2  # of the chunk records in the work folder; part of the build'
 # stays bounded: a batch's Encodings (~90 bytes a token) become ids as soon as it is encoded.
 ENCODE_CHARS = 1 << 20
 ENCODE_AHEAD = 2  # batches being encoded while one is written
+# Shards a split keeps mapped at once, most recently read first: each map holds a file descriptor (Python's
+# mmap keeps a copy), and a cache of many small files would otherwise pass the usual limit of 1,024
+OPEN_MAPS = 64
 Batch = list[tuple[str, str]]  # (id, text) of some documents of one chunk
 
 
@@ -386,6 +389,8 @@ class TokenSplit:
 
     def __init__(self, fs: fsspec.AbstractFileSystem, root: str, dtype: np.dtype, ledger: dict[str, Any]):
         self.fs, self.root, self.dtype = fs, root, dtype
+        self.local = isinstance(fs, LocalFileSystem)
+        self._maps: OrderedDict[int, np.memmap] = OrderedDict()  # shard -> its map, least recently read first
         self.shards: list[dict[str, Any]] = ledger["shards"]
         self.starts = np.cumsum([0] + [s["tokens"] for s in self.shards])  # token offset of each shard
         self.doc_starts = np.cumsum([0] + [s["documents"] for s in self.shards])
@@ -402,11 +407,16 @@ class TokenSplit:
     def _path(self, shard: int, suffix: str) -> str:
         return f"{self.root}/{self.shards[shard]['name']}{suffix}"
 
-    @cached_property
-    def _maps(self) -> list[np.memmap] | None:
-        if not isinstance(self.fs, LocalFileSystem):
-            return None
-        return [np.memmap(self._path(k, ".bin"), self.dtype, mode="r") for k in range(len(self.shards))]
+    def _map(self, shard: int) -> np.memmap:
+        """The shard's memory map, opened on first use; the least recently read one closed past
+        ``OPEN_MAPS``."""
+        if shard in self._maps:
+            self._maps.move_to_end(shard)
+            return self._maps[shard]
+        if len(self._maps) >= OPEN_MAPS:
+            self._maps.popitem(last=False)  # unmapped, and its descriptor closed, as the last reference goes
+        self._maps[shard] = found = np.memmap(self._path(shard, ".bin"), self.dtype, mode="r")
+        return found
 
     def windows(self, starts: np.ndarray, length: int) -> np.ndarray:
         """``(len(starts), length)`` int32 tokens: row i is the stream from ``starts[i]`` on."""
@@ -422,9 +432,9 @@ class TokenSplit:
                 base = int(self.starts[shard])
                 pieces.append((row, column, shard, start - base, end - base))
                 column, start, shard = column + end - start, end, shard + 1
-        if self._maps is not None:
+        if self.local:
             for row, column, shard, lo, hi in pieces:
-                out[row, column : column + hi - lo] = self._maps[shard][lo:hi]
+                out[row, column : column + hi - lo] = self._map(shard)[lo:hi]
             return out
         size = self.dtype.itemsize
         blobs = self.fs.cat_ranges(

@@ -12,8 +12,11 @@ step that a later run would read. The directory may be a ``gs://`` URL: orbax wr
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
+import resource
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -100,6 +103,7 @@ class Checkpoints:
 
     def save(self, step: int, state: dict[str, Any], meta: dict[str, Any]) -> None:
         """Start writing ``state`` (a dict with ``params``) as ``step``; returns once arrays are copied."""
+        self._check_room(state)
         rest = {k: v for k, v in state.items() if k != "params"}
         self.manager.save(
             step,
@@ -109,6 +113,21 @@ class Checkpoints:
                 meta=ocp.args.JsonSave(meta),
             ),
         )
+
+    def _check_room(self, state: dict[str, Any]) -> None:
+        """A checkpoint starts only where it fits (a local disk's free space, and the file size limit of
+        ``ulimit -f``): one clear error naming the folder, rather than the writer threads' failures mid-way.
+        The state's whole size is asked for (the shards of every process: an upper bound)."""
+        if not isinstance(self.directory, Path):
+            return
+        need = sum(leaf.nbytes for leaf in jax.tree.leaves(state) if hasattr(leaf, "nbytes"))
+        free = shutil.disk_usage(self.directory).free
+        limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+        if need > free or limit not in (resource.RLIM_INFINITY, -1) and need > limit:
+            room = free if need > free else limit
+            raise OSError(
+                errno.ENOSPC, f"a checkpoint needs {need:,} bytes, {room:,} are left", str(self.directory)
+            )
 
     def restore(self, step: int, like: dict[str, Any], shardings: dict[str, Any]) -> dict[str, Any]:
         """The state saved at ``step``, in the tree structure and shardings of ``like``."""

@@ -14,22 +14,22 @@ multi-host code path runs, and is tested, without a cluster.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
+
+from marin_pipelines.orphans import die_with_parent
 
 NUM_PROCESSES = "MARIN_NUM_PROCESSES"
 PROCESS_ID = "MARIN_PROCESS_ID"
 COORDINATOR_ADDRESS = "MARIN_COORDINATOR_ADDRESS"
 DISTRIBUTED = "MARIN_DISTRIBUTED"
 POLL_SECONDS = 0.1
-PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 class ProcessGroupFailed(RuntimeError):
@@ -110,12 +110,6 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _die_with_parent() -> None:
-    """Linux: a child is killed when its launcher dies, so that no orphan keeps training into the folder a
-    restarted group resumes from."""
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-
-
 def local_env(group: ProcessGroup, devices_per_process: int, environ: Mapping[str, str]) -> dict[str, str]:
     """The environment of one process of a local group: its place, and ``devices_per_process`` CPU devices."""
     flags = [
@@ -158,9 +152,7 @@ def launch_local_group(command: Sequence[str], num_processes: int, devices_per_p
         for process_id in range(num_processes):
             env = local_env(ProcessGroup(num_processes, process_id, address), devices_per_process, os.environ)
             processes.append(
-                subprocess.Popen(
-                    command, env=env, preexec_fn=_die_with_parent if sys.platform == "linux" else None
-                )
+                subprocess.Popen(command, env=env, preexec_fn=partial(die_with_parent, os.getpid()))
             )
         while True:
             codes = [process.poll() for process in processes]

@@ -4,6 +4,7 @@ per host) or the step runner's own process (``step_runner.InProcessLauncher``)."
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from marin_pipelines.store import local_copy, read_url, write_url
@@ -13,6 +14,7 @@ from marin_pipelines.tokenize.tokenizer import TOKENIZER_FILE
 from marin_pipelines.train.distributed import is_primary
 from marin_pipelines.train.launch_config import TrainLaunch
 from marin_pipelines.train.model import LlamaConfig
+from marin_pipelines.train.run_inputs import check_inputs, file_sha256, given
 from marin_pipelines.train.trainer import train
 
 Reporters = Callable[[LlamaConfig], Sequence[Callable[[dict[str, Any]], None]]]
@@ -26,15 +28,34 @@ def train_launched(launch: TrainLaunch, reporters: Reporters = lambda model: ())
     other input."""
     run, out = launch.run, launch.out
     data = local_copy(launch.data)  # the batches read a few windows per step: from local disk
-    model = run.llama(TokenCache(data).info["vocab_size"])
-    if is_primary():
+    cache, sources = TokenCache(data), local_sources(run.data)
+    model = run.llama(cache.info["vocab_size"])
+    check_inputs(out, train_inputs(launch, cache, sources), record=is_primary())
+    if is_primary():  # after the check: a refused rerun leaves the run's tokenizer as it was
         write_url(f"{out.rstrip('/')}/{TOKENIZER_FILE}", read_url(str(data / TOKENIZER_FILE)))
     # batch(step) is a pure function of the step: resuming needs no replay of the data, and each
     # process computes its own rows of it.
     loader = MixtureLoader.from_config(
-        local_sources(run.data), str(data), model.seq_len, run.train.batch_size, run.train.seed
+        sources, str(data), model.seq_len, run.train.batch_size, run.train.seed
     )
-    return train(model, run.train, loader, out, progress=launch.progress_bar, on_step=reporters(model))
+    summary = train(model, run.train, loader, out, progress=launch.progress_bar, on_step=reporters(model))
+    # what the loader reads from, mapped a few shards at a time (tokenized_cache.OPEN_MAPS)
+    return {**summary, "train_shards": {name: len(c.train.shards) for name, c in loader.caches.items()}}
+
+
+def train_inputs(launch: TrainLaunch, cache: TokenCache, sources: MixtureConfig) -> dict[str, dict[str, Any]]:
+    """What a training run is made from: its cache, the cache's tokenizer and each mixture source's cache."""
+    tokenizer = f"{launch.data.rstrip('/')}/{TOKENIZER_FILE}"
+    inputs = {
+        "data": given(cache.identity, launch.data),
+        "tokenizer": given(file_sha256(str(Path(cache.url) / TOKENIZER_FILE)), tokenizer),
+    }
+    for name, source in sources.sources.items():
+        if source.cache:
+            inputs[f"mixture.{name}"] = given(
+                TokenCache(source.cache).identity, launch.run.data.sources[name].cache
+            )
+    return inputs
 
 
 def local_sources(mixture: MixtureConfig) -> MixtureConfig:

@@ -9,7 +9,9 @@ and ``sft_data.json`` (conversations read, lines skipped by reason, examples cut
 
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
 import os
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -20,7 +22,7 @@ from tokenizers import Tokenizer
 from upath import UPath
 
 from marin_pipelines.config_errors import describe
-from marin_pipelines.store import is_local, read_url
+from marin_pipelines.store import read_url, write_url
 from marin_pipelines.tokenize.chat_data import (
     DEFAULT_TEMPLATE,
     ChatStats,
@@ -32,11 +34,16 @@ from marin_pipelines.tokenize.chat_data import (
 from marin_pipelines.tokenize.tokenizer import TOKENIZER_FILE
 from marin_pipelines.train.distributed import is_primary
 from marin_pipelines.train.model import LlamaConfig
-from marin_pipelines.train.train_config import CHAT_TEMPLATE_FILE, MODEL_FILE, TrainConfig
+from marin_pipelines.train.run_inputs import check_inputs, file_sha256, files_sha256, given
+from marin_pipelines.train.train_config import CHAT_TEMPLATE_FILE, CHECKPOINTS_DIR, MODEL_FILE, TrainConfig
 from marin_pipelines.train.trainer import train
 
+log = logging.getLogger(__name__)
 SFT_DATA_FILE = "sft_data.json"
 HELDOUT_FILE = "heldout_chat_loss.json"  # `marin-pipelines sft --heldout`: base vs tuned
+# More conversations than this share longer than the base's sequence (cut, or left out): a warning, in the
+# run's sft_data.json and the step's metadata
+CUT_WARNING_SHARE = 0.25
 SFT_DEFAULTS = {"steps": 100, "learning_rate": 1e-3, "warmup_steps": 10}  # a short run from a trained model
 
 
@@ -77,18 +84,50 @@ def sft(
     stats = ChatStats()
     examples = (chat.encode(messages) for messages in read_conversations(data, stats))
     sequences = list(pack(examples, model.seq_len, stats))
+    files = [str(d) for d in data]
+    if not stats.conversations:
+        raise ValueError(
+            f"no conversation could be read from {files}: lines skipped {dict(stats.skipped)}, "
+            f"first at {stats.places}"
+        )
     if not stats.assistant_tokens:
         raise ValueError(
-            f"no assistant token within the base's seq_len {model.seq_len} in {[str(d) for d in data]}: "
+            f"no assistant token within the base's seq_len {model.seq_len} in {files}: "
             f"{stats.conversations} conversations, {stats.cut_off} cut off before the assistant's turn, "
             f"lines skipped {dict(stats.skipped)}"
         )
+    cut = stats.cut_off + stats.truncated
+    if cut > CUT_WARNING_SHARE * stats.conversations:
+        stats.warnings.append(
+            f"{cut} of {stats.conversations} conversations are longer than the base's seq_len "
+            f"{model.seq_len} ({stats.cut_off} left out, {stats.truncated} cut): the run trains on "
+            f"{stats.assistant_tokens} assistant tokens"
+        )
+    for warning in stats.warnings:
+        log.warning(warning)
     batches = PackedBatches(sequences, config.batch_size, config.seed)
-    if is_primary():  # one writer of a run's files, as in `train`
-        if is_local(out):
-            out.mkdir(parents=True, exist_ok=True)
-        (out / TOKENIZER_FILE).write_text(tokenizer_file.read_text())
-        (out / CHAT_TEMPLATE_FILE).write_text(template)
-        (out / SFT_DATA_FILE).write_text(json.dumps(stats.as_dict(), indent=2))
+    inputs = {
+        "base": given(base_identity(base), str(base)),
+        "tokenizer": given(file_sha256(str(tokenizer_file)), str(tokenizer_file)),
+        "data": given(files_sha256(files), files),
+    }
+    check_inputs(str(out), inputs, record=is_primary())
+    if is_primary():  # one writer of a run's files, as in `train`; after the check, as there
+        write_url(str(out / TOKENIZER_FILE), tokenizer_file.read_text())
+        write_url(str(out / CHAT_TEMPLATE_FILE), template)
+        write_url(str(out / SFT_DATA_FILE), json.dumps(stats.as_dict(), indent=2))
     summary = train(model, config, batches, out, progress, on_step, packed=True, warm_start=base)
     return {**summary, "data": stats.as_dict()}
+
+
+def base_identity(base: UPath) -> str:
+    """The base run as SFT starts from it: its model, its tokenizer and the checkpoints it holds (a base
+    trained further is another base)."""
+    checkpoints = base / CHECKPOINTS_DIR
+    steps = sorted(p.name for p in checkpoints.iterdir()) if checkpoints.exists() else []
+    parts = [
+        (base / MODEL_FILE).read_bytes(),
+        (base / TOKENIZER_FILE).read_bytes(),
+        json.dumps(steps).encode(),
+    ]
+    return hashlib.sha256(b"\0".join(parts)).hexdigest()

@@ -36,7 +36,7 @@ from flax import nnx
 from tqdm.auto import tqdm
 from upath import UPath
 
-from marin_pipelines.store import is_local
+from marin_pipelines.store import is_local, write_url
 from marin_pipelines.train.checkpoint import Checkpoints, load_params, params_sha256
 from marin_pipelines.train.distributed import is_primary
 from marin_pipelines.train.loss_curve import loss_curve_png
@@ -204,17 +204,6 @@ def _warm_start(model: Llama, config: LlamaConfig, base: str | os.PathLike[str])
     return {"dir": str(base), "step": step, "params_sha256": params_sha256(params)}
 
 
-def _write_whole(path: UPath, data: bytes) -> None:
-    """Replace the file at ``path`` in one step: a reader (or a resumed run) finds the old file or the new
-    one, never a part. An object upload is that already; a local file is written beside and renamed."""
-    if not is_local(path):
-        path.write_bytes(data)
-        return
-    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
-    partial.write_bytes(data)
-    os.replace(partial, path)
-
-
 def _first_start(out_dir: UPath, resuming: bool) -> str | None:
     """When the run first started (ISO time, UTC): recorded before its first step and kept when it resumes,
     so that a forecast written after a crash and before the resume is not taken as written before the run.
@@ -225,12 +214,12 @@ def _first_start(out_dir: UPath, resuming: bool) -> str | None:
     if resuming:
         return None
     started = datetime.now(UTC).isoformat(timespec="microseconds")
-    _write_whole(path, json.dumps({"started_at": started}).encode())
+    write_url(str(path), json.dumps({"started_at": started}).encode())
     return started
 
 
 def _write_metrics(path: UPath, metrics: list[dict[str, Any]]) -> None:
-    _write_whole(path, "".join(json.dumps(m) + "\n" for m in metrics).encode())
+    write_url(str(path), "".join(json.dumps(m) + "\n" for m in metrics).encode())
 
 
 def _metrics_before(path: UPath, step: int) -> list[dict[str, Any]]:
@@ -295,7 +284,7 @@ def train(
     if primary:
         if is_local(out_dir):
             out_dir.mkdir(parents=True, exist_ok=True)
-        _write_whole(out_dir / MODEL_FILE, json.dumps(meta["model"], indent=2).encode())
+        write_url(str(out_dir / MODEL_FILE), json.dumps(meta["model"], indent=2))
 
     replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
     rows_sharding = batch_sharding(mesh)
@@ -395,6 +384,6 @@ def train(
         summary["started_at"] = started_at
     if primary:
         recorded = {"config": meta["train"], "summary": summary}
-        _write_whole(out_dir / TRAIN_FILE, json.dumps(recorded, indent=2).encode())
-        _write_whole(out_dir / LOSS_CURVE_FILE, loss_curve_png(metrics, summary))
+        write_url(str(out_dir / TRAIN_FILE), json.dumps(recorded, indent=2).encode())
+        write_url(str(out_dir / LOSS_CURVE_FILE), loss_curve_png(metrics, summary))
     return summary

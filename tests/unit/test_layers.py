@@ -12,7 +12,7 @@ import marin_pipelines
 PACKAGE = "marin_pipelines"
 # low to high: a module may import its own layer and the ones below it
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("__init__", "cpu_limit", "lease", "config_errors"),
+    ("__init__", "cpu_limit", "lease", "config_errors", "orphans"),
     ("engine", "store", "documents", "launch_config"),
     ("crawl", "text", "quality", "tokenize", "train", "evals", "scaling"),  # the core library
     ("steps", "step_runner", "experiment", "execution_record"),

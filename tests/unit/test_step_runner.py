@@ -64,3 +64,15 @@ def test_a_blocking_check_stops_the_run_and_a_warning_is_told(tmp_path):
     assert any(line.startswith("warning: t/summed: check small did not pass") for line in lines)
     with pytest.raises(CheckFailed, match=r"t/summed: check positive did not pass \(The total is positive"):
         run_steps([graph(value=-1)[2]], ArtifactStore(tmp_path / "fail"))
+
+
+def test_steps_whose_inputs_lead_back_to_themselves_are_an_error_naming_the_cycle(tmp_path):
+    from marin_pipelines.experiment import Experiment
+    from marin_pipelines.steps import StepError
+
+    rungs, twice, total = graph()
+    rungs.inputs["doubled"] = twice  # a mistake in an experiment file: per_rung now reads what it feeds
+    with pytest.raises(StepError, match=r"cycle .*: t/doubled \(.*\) <- t/per_rung \(.*\) <- t/doubled"):
+        Experiment("cyclic", steps=[total])
+    with pytest.raises(StepError, match="cycle"):
+        run_steps([total], ArtifactStore(tmp_path))

@@ -1,6 +1,8 @@
 """`marin-pipelines process-crawl`: the text chain without the UI, into the assets' store layout."""
 
 import json
+import subprocess
+import sys
 
 from marin_pipelines.cli import main
 from marin_pipelines.documents import read_documents
@@ -39,3 +41,26 @@ def test_process_crawl_bad_input_is_a_clear_error(tmp_path, capsys):
     (tmp_path / "a.warc").write_bytes(b"")
     assert main(["process-crawl", "--warc", str(tmp_path), "--out", str(tmp_path), "--snapshot", "a b"]) == 2
     assert "--snapshot" in capsys.readouterr().err
+
+
+def test_damaged_files_are_told_and_a_full_disk_is_one_line_naming_the_output(demo_crawl, tmp_path, capsys):
+    from bad_warcs import pages, write_warc
+
+    whole = write_warc(tmp_path / "crawl" / "whole.warc", pages(12))
+    cut = tmp_path / "crawl" / "cut.warc"
+    data = pages(12, start=100)
+    cut.write_bytes(b"".join(data)[: sum(map(len, data[:7])) + 40])  # the eighth record's header cut short
+    assert main(["process-crawl", "--warc", str(whole.parent), "--out", str(tmp_path / "out")]) == 0
+    notes = [
+        line for line in capsys.readouterr().err.splitlines() if line.startswith("marin-pipelines: note:")
+    ]
+    assert any("1 damaged files" in line for line in notes), notes
+    assert any("cut.warc" in line for line in notes) and not any("whole.warc" in line for line in notes)
+
+    crawl, _ = demo_crawl
+    out = tmp_path / "full"
+    command = f'ulimit -f 8 && exec "{sys.executable}" -m marin_pipelines.cli "$@"'
+    args = ["process-crawl", "--warc", str(crawl), "--out", str(out)]
+    full = subprocess.run(["bash", "-c", command, "-", *args], capture_output=True, text=True)
+    assert full.returncode == 2 and full.stderr.count("\n") == 1, full.stderr[-3000:]
+    assert "no space left" in full.stderr and str(out) in full.stderr

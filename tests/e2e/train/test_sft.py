@@ -150,3 +150,58 @@ def test_chat_data_with_no_assistant_token_within_the_sequence_is_a_clear_error(
     data.write_text(json.dumps(record) + "\n")
     with pytest.raises(ValueError, match="no assistant token within the base's seq_len 96.*1 cut off"):
         sft(sft_base / "base", [data], tmp_path / "run", SFT, progress=False)
+
+
+def test_unreadable_chat_files_are_blamed_on_their_lines_not_on_seq_len(sft_base, tmp_path):
+    data = tmp_path / "bad.jsonl"
+    data.write_text('{"messages": oops\n{"no": "messages"}\n')
+    with pytest.raises(ValueError, match="no conversation could be read from .*bad.jsonl.*not_json"):
+        sft(sft_base / "base", [data], tmp_path / "run", SFT, progress=False)
+    assert not (tmp_path / "run").exists()
+
+
+def test_most_conversations_cut_is_a_warning_and_no_scored_token_is_null_not_nan(sft_base, tmp_path, capsys):
+    from marin_pipelines.cli import main
+
+    def refuse(constant: str) -> None:
+        raise AssertionError(f"{constant} is not JSON")
+
+    long = {"role": "system", "content": "You answer briefly. " * 60}
+    short = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello there"}]
+    mixed, heldout = tmp_path / "mixed.jsonl", tmp_path / "heldout.jsonl"
+    mixed.write_text(
+        "".join(json.dumps({"messages": m}) + "\n" for m in ([long, *short], [long, *short], short))
+    )
+    heldout.write_text(json.dumps({"messages": [long, *short]}) + "\n")
+    base, out = str(sft_base / "base"), str(tmp_path / "run")
+    config = tmp_path / "sft.yaml"
+    config.write_text("train:\n  warmup_steps: 1\n")
+    args = [
+        "sft",
+        "--base",
+        base,
+        "--data",
+        str(mixed),
+        "--out",
+        out,
+        "--steps",
+        "2",
+        "--config",
+        str(config),
+    ]
+    assert main([*args, "--heldout", str(heldout)]) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1], parse_constant=refuse)
+    assert summary["data"]["cut_off"] == 2 and "2 of 3 conversations" in summary["data"]["warnings"][0]
+    assert (
+        json.loads((tmp_path / "run" / SFT_DATA_FILE).read_text())["warnings"] == summary["data"]["warnings"]
+    )
+    losses = summary["heldout_chat_loss"]
+    assert losses["base"] is None and losses["sft"] is None and "seq_len 96" in losses["no_loss"]
+
+    # the run is made from these files: a rerun on others is refused, and the run left as it was
+    before = {p.name: p.read_bytes() for p in (tmp_path / "run").iterdir() if p.is_file()}
+    other = str(sft_base / "chat" / TRAIN_FILE)
+    assert main([*args[:4], other, *args[5:]]) == 2
+    error = capsys.readouterr().err
+    assert "data: made from" in error and "mixed.jsonl" in error and other in error
+    assert {p.name: p.read_bytes() for p in (tmp_path / "run").iterdir() if p.is_file()} == before

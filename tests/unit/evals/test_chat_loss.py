@@ -25,21 +25,17 @@ def tokenizer() -> Tokenizer:
     return train_tokenizer(texts, TokenizerConfig(vocab_size=300))
 
 
+def small_model(tokenizer: Tokenizer, seq_len: int) -> Llama:
+    shape = {"d_model": 32, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2, "d_ff": 64}
+    return Llama(LlamaConfig(vocab_size=tokenizer.get_vocab_size(), seq_len=seq_len, **shape), nnx.Rngs(0))
+
+
 def test_chat_loss_equals_each_conversation_alone(tokenizer: Tokenizer, tmp_path) -> None:
     import json
 
     path = tmp_path / "chat.jsonl"
     path.write_text("\n".join(json.dumps({"messages": chat}) for chat in CHATS))
-    config = LlamaConfig(
-        vocab_size=tokenizer.get_vocab_size(),
-        seq_len=128,
-        d_model=32,
-        n_layers=2,
-        n_heads=4,
-        n_kv_heads=2,
-        d_ff=64,
-    )
-    model = Llama(config, nnx.Rngs(0))
+    model = small_model(tokenizer, seq_len=128)
     template = ChatTemplate(tokenizer)
     result = chat_loss(model, template, [path], batch_size=2)
     total, count = 0.0, 0
@@ -53,3 +49,16 @@ def test_chat_loss_equals_each_conversation_alone(tokenizer: Tokenizer, tmp_path
     assert result["truncated"] == 0 and result["conversations"] == len(CHATS)
     assert result["assistant_tokens"] == count
     assert result["loss"] == pytest.approx(total / count, rel=1e-5)
+
+
+def test_no_scored_token_is_a_null_loss_with_its_reason(tokenizer: Tokenizer, tmp_path) -> None:
+    import json
+
+    path = tmp_path / "chat.jsonl"
+    path.write_text(json.dumps({"messages": CHATS[0]}) + "\n")
+    model = small_model(tokenizer, seq_len=8)  # shorter than any conversation's turns before the answer
+    result = chat_loss(model, ChatTemplate(tokenizer), [path], batch_size=2)
+    assert result["loss"] is None and "within seq_len 8" in result["no_loss"]
+    (tmp_path / "bad.jsonl").write_text("not json\n")
+    result = chat_loss(model, ChatTemplate(tokenizer), [tmp_path / "bad.jsonl"], 2)
+    assert result["loss"] is None and "not_json" in result["no_loss"]

@@ -311,3 +311,50 @@ def test_real_multilingual_pages_round_trip(shared_data: Path, tmp_path: Path) -
     build([tmp_path / "pages.jsonl"], tokenizer, tmp_path / "cache", validation_fraction=0.3)
     cache = TokenCache(tmp_path / "cache")
     assert sorted(decoded(tokenizer, cache.train) + decoded(tokenizer, cache.validation)) == sorted(texts)
+
+
+def one_document_a_shard(cache: Path, out: Path, copies: int) -> np.ndarray:
+    """``cache``'s train split rewritten as ``copies`` rounds of one shard per document (the files a cache of
+    many small input files has); the stream it holds."""
+    info = json.loads((cache / tokenized_cache.INFO_FILE).read_text())
+    source = TokenCache(cache).train
+    (out / "train").mkdir(parents=True)
+    shards, stream = [], []
+    for index in range(copies * source.num_documents):
+        tokens = np.append(source.document(index % source.num_documents), info["eos_id"])
+        name = f"train/{index:06d}"
+        tokens.astype(info["dtype"]).tofile(out / f"{name}.bin")
+        np.array([len(tokens)], np.uint64).tofile(out / f"{name}.ends")
+        shards.append({"name": name, "documents": 1, "tokens": len(tokens), "text_bytes": 0})
+        stream.append(tokens)
+    info["splits"]["train"] = {"documents": len(shards), "tokens": sum(s["tokens"] for s in shards)}
+    info["splits"]["train"].update(text_bytes=0, shards=shards)
+    (out / tokenized_cache.INFO_FILE).write_text(json.dumps(info))
+    return np.concatenate(stream)
+
+
+def test_a_cache_of_more_shards_than_open_files_allowed_is_read_whole(token_cache: Path, tmp_path: Path):
+    # the loader reads windows of a few shards per step; a step per window keeps at most OPEN_MAPS open
+    stream = one_document_a_shard(token_cache, tmp_path / "cache", copies=4)
+    shards = len(
+        json.loads((tmp_path / "cache" / tokenized_cache.INFO_FILE).read_text())["splits"]["train"]["shards"]
+    )
+    assert shards > 1000
+    read = f"""
+import numpy as np
+from marin_pipelines.tokenize.tokenized_cache import TokenCache
+split = TokenCache({str(tmp_path / "cache")!r}).train
+starts = np.arange(0, len(split) - 64, 37)
+steps = [split.windows(starts[i : i + 8], 64) for i in range(0, len(starts), 8)]
+np.save({str(tmp_path / "windows.npy")!r}, np.concatenate(steps))
+np.save({str(tmp_path / "whole.npy")!r}, np.asarray(split))
+"""
+    limited = subprocess.run(
+        ["bash", "-c", f'ulimit -n 256 && exec "{sys.executable}" -c "$0"', read],
+        capture_output=True,
+        text=True,
+    )
+    assert limited.returncode == 0, limited.stderr[-2000:]
+    assert np.array_equal(np.load(tmp_path / "whole.npy"), stream)
+    starts = np.arange(0, len(stream) - 64, 37)
+    assert np.array_equal(np.load(tmp_path / "windows.npy"), np.stack([stream[s : s + 64] for s in starts]))

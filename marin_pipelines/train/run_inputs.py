@@ -1,0 +1,78 @@
+"""What a run folder was made from: recorded at its first start (``inputs.json``) and checked at every
+restart. A rerun on other data, another tokenizer or another base would otherwise change a finished run
+without a word (the same parameters evaluated with another tokenizer) or continue it on other text.
+
+Each input is recorded as its identity (a hash of what it holds, not where it lives: a cache moved to a
+bucket is the same cache) and the place it was read from, for the message that refuses another one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import fsspec
+
+from marin_pipelines.store import write_url
+
+INPUTS_FILE = "inputs.json"
+
+
+class OtherInputs(ValueError):
+    """A restart names other inputs than those the run folder was made from."""
+
+
+def file_sha256(url: str) -> str:
+    fs, path = fsspec.core.url_to_fs(url)
+    return hashlib.sha256(fs.cat_file(path)).hexdigest()
+
+
+def files_sha256(urls: Sequence[str]) -> str:
+    """One hash over several files' contents, in order."""
+    digest = hashlib.sha256()
+    for url in urls:
+        digest.update(file_sha256(url).encode())
+    return digest.hexdigest()
+
+
+def given(identity: str, where: str | Sequence[str]) -> dict[str, Any]:
+    """One input as recorded: its identity and the place (or places) it was read from."""
+    return {"identity": identity, "from": where if isinstance(where, str) else list(where)}
+
+
+def check_inputs(out: str, inputs: dict[str, dict[str, Any]], record: bool) -> None:
+    """Refuse to go on in the run folder ``out`` if it was made from other ``inputs`` (by identity); where
+    it records none yet (a first start), write them when ``record`` (process 0 of a run) is set.
+
+    Called before anything is written into ``out``: a refused restart leaves the run as it was."""
+    url = f"{out.rstrip('/')}/{INPUTS_FILE}"
+    fs, path = fsspec.core.url_to_fs(url)
+    try:
+        recorded = json.loads(fs.cat_file(path))
+    except FileNotFoundError:
+        if record:
+            write_url(url, json.dumps(inputs, indent=2))
+        return
+    differ = [
+        name
+        for name in sorted(recorded.keys() | inputs.keys())
+        if recorded.get(name, {}).get("identity") != inputs.get(name, {}).get("identity")
+    ]
+    if differ:
+        lines = [
+            f"{name}: made from {_said(recorded.get(name))}, now given {_said(inputs.get(name))}"
+            for name in differ
+        ]
+        raise OtherInputs(
+            f"{out} was made from other inputs ({'; '.join(lines)}): rerun it with the inputs it records "
+            f"in {INPUTS_FILE}, or use a fresh --out"
+        )
+
+
+def _said(entry: dict[str, Any] | None) -> str:
+    if entry is None:
+        return "nothing"
+    where = entry["from"] if isinstance(entry["from"], str) else ", ".join(entry["from"])
+    return f"{where} (identity {entry['identity'][:16]})"
