@@ -26,16 +26,20 @@ $(STAMP): pyproject.toml requirements.lock
 demo: install
 	$(VENV)/bin/marin-pipelines demo
 
-# every tier (tests/tiers.py) on both cores: pytest-xdist hands whole files to two workers, so that a file's
+# every tier (tests/tiers.py) on both cores, the project's bytecode compiled first as the install compiles the
+# libraries' (with PYTHONDONTWRITEBYTECODE set, each of the ~150 processes the tests start would compile the
+# project's modules again: 0.2-0.5 s each): pytest-xdist hands whole files to two workers, so that a file's
 # fixtures are built once; the tiny pipeline's store is shared by both (tests/conftest.py). Files go out in
 # the order tests/tiers.py sorts them (slowest tier first), not xdist's default of most tests first, which
 # left the 3-test Postgres backfill to run alone at the end
 test: install
 	$(VENV)/bin/dg check defs
+	$(PY) -m compileall -q marin_pipelines tests > /dev/null
 	$(VENV)/bin/pytest -n 2 --dist loadfile --no-loadscope-reorder
 
 # the unit tier only: no Dagster, in process, seconds a test
 test-fast: install
+	$(PY) -m compileall -q marin_pipelines tests > /dev/null
 	$(VENV)/bin/pytest tests/unit -n 2 --dist loadfile
 
 ui: install
