@@ -46,9 +46,7 @@ def check_file(url: str, flag: str = "--out") -> None:
 def _make(folder: Path, flag: str, url: str) -> None:
     try:
         folder.mkdir(parents=True, exist_ok=True)
-    except FileExistsError:  # a file on the way
-        raise OutputError(f"{flag} {url}: a part of the path is a file, not a folder") from None
-    except NotADirectoryError:
+    except (FileExistsError, NotADirectoryError):  # a file on the way
         raise OutputError(f"{flag} {url}: a part of the path is a file, not a folder") from None
     except OSError as e:
         raise OutputError(f"{flag} {url}: cannot make {folder}: {describe_os_error(e)}") from None

@@ -122,9 +122,9 @@ class Checkpoints:
             return
         need = sum(leaf.nbytes for leaf in jax.tree.leaves(state) if hasattr(leaf, "nbytes"))
         free = shutil.disk_usage(self.directory).free
-        limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
-        if need > free or limit not in (resource.RLIM_INFINITY, -1) and need > limit:
-            room = free if need > free else limit
+        limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]  # ulimit -f
+        room = free if limit == resource.RLIM_INFINITY else min(free, limit)
+        if need > room:
             raise OSError(
                 errno.ENOSPC, f"a checkpoint needs {need:,} bytes, {room:,} are left", str(self.directory)
             )

@@ -4,7 +4,6 @@ per host) or the step runner's own process (``step_runner.InProcessLauncher``)."
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 from marin_pipelines.store import local_copy, read_url, write_url
@@ -14,7 +13,7 @@ from marin_pipelines.tokenize.tokenizer import TOKENIZER_FILE
 from marin_pipelines.train.distributed import is_primary
 from marin_pipelines.train.launch_config import TrainLaunch
 from marin_pipelines.train.model import LlamaConfig
-from marin_pipelines.train.run_inputs import check_inputs, file_sha256, given
+from marin_pipelines.train.run_inputs import check_inputs, given, text_sha256
 from marin_pipelines.train.trainer import train
 
 Reporters = Callable[[LlamaConfig], Sequence[Callable[[dict[str, Any]], None]]]
@@ -28,33 +27,34 @@ def train_launched(launch: TrainLaunch, reporters: Reporters = lambda model: ())
     other input."""
     run, out = launch.run, launch.out
     data = local_copy(launch.data)  # the batches read a few windows per step: from local disk
-    cache, sources = TokenCache(data), local_sources(run.data)
+    cache = TokenCache(data)
     model = run.llama(cache.info["vocab_size"])
-    check_inputs(out, train_inputs(launch, cache, sources), record=is_primary())
-    if is_primary():  # after the check: a refused rerun leaves the run's tokenizer as it was
-        write_url(f"{out.rstrip('/')}/{TOKENIZER_FILE}", read_url(str(data / TOKENIZER_FILE)))
     # batch(step) is a pure function of the step: resuming needs no replay of the data, and each
     # process computes its own rows of it.
     loader = MixtureLoader.from_config(
-        sources, str(data), model.seq_len, run.train.batch_size, run.train.seed
+        local_sources(run.data), str(data), model.seq_len, run.train.batch_size, run.train.seed
     )
+    tokenizer = read_url(str(data / TOKENIZER_FILE))
+    check_inputs(out, train_inputs(launch, cache, tokenizer, loader), record=is_primary())
+    if is_primary():  # after the check: a refused rerun leaves the run's tokenizer as it was
+        write_url(f"{out.rstrip('/')}/{TOKENIZER_FILE}", tokenizer)
     summary = train(model, run.train, loader, out, progress=launch.progress_bar, on_step=reporters(model))
     # what the loader reads from, mapped a few shards at a time (tokenized_cache.OPEN_MAPS)
     return {**summary, "train_shards": {name: len(c.train.shards) for name, c in loader.caches.items()}}
 
 
-def train_inputs(launch: TrainLaunch, cache: TokenCache, sources: MixtureConfig) -> dict[str, dict[str, Any]]:
-    """What a training run is made from: its cache, the cache's tokenizer and each mixture source's cache."""
-    tokenizer = f"{launch.data.rstrip('/')}/{TOKENIZER_FILE}"
+def train_inputs(
+    launch: TrainLaunch, cache: TokenCache, tokenizer: str, loader: MixtureLoader
+) -> dict[str, dict[str, Any]]:
+    """What a training run is made from: its cache, the cache's tokenizer and each mixture source that
+    names a cache of its own (as the loader opened it; recorded by the place the run config gives)."""
     inputs = {
         "data": given(cache.identity, launch.data),
-        "tokenizer": given(file_sha256(str(Path(cache.url) / TOKENIZER_FILE)), tokenizer),
+        "tokenizer": given(text_sha256(tokenizer), f"{launch.data.rstrip('/')}/{TOKENIZER_FILE}"),
     }
-    for name, source in sources.sources.items():
+    for name, source in launch.run.data.sources.items():
         if source.cache:
-            inputs[f"mixture.{name}"] = given(
-                TokenCache(source.cache).identity, launch.run.data.sources[name].cache
-            )
+            inputs[f"mixture.{name}"] = given(loader.caches[name].identity, source.cache)
     return inputs
 
 

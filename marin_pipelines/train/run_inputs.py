@@ -29,6 +29,10 @@ def file_sha256(url: str) -> str:
     return hashlib.sha256(fs.cat_file(path)).hexdigest()
 
 
+def text_sha256(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
 def files_sha256(urls: Sequence[str]) -> str:
     """One hash over several files' contents, in order."""
     digest = hashlib.sha256()
@@ -55,6 +59,10 @@ def check_inputs(out: str, inputs: dict[str, dict[str, Any]], record: bool) -> N
         if record:
             write_url(url, json.dumps(inputs, indent=2))
         return
+    except json.JSONDecodeError as e:  # written whole (store.write_url): only an edit by hand gets here
+        raise OtherInputs(
+            f"{url} is not the JSON this project writes ({e}): restore it or use a fresh --out"
+        ) from None
     differ = [
         name
         for name in sorted(recorded.keys() | inputs.keys())

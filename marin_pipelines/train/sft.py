@@ -34,7 +34,7 @@ from marin_pipelines.tokenize.chat_data import (
 from marin_pipelines.tokenize.tokenizer import TOKENIZER_FILE
 from marin_pipelines.train.distributed import is_primary
 from marin_pipelines.train.model import LlamaConfig
-from marin_pipelines.train.run_inputs import check_inputs, file_sha256, files_sha256, given
+from marin_pipelines.train.run_inputs import check_inputs, files_sha256, given, text_sha256
 from marin_pipelines.train.train_config import CHAT_TEMPLATE_FILE, CHECKPOINTS_DIR, MODEL_FILE, TrainConfig
 from marin_pipelines.train.trainer import train
 
@@ -80,7 +80,8 @@ def sft(
     tokenizer_file = base / TOKENIZER_FILE
     if not tokenizer_file.is_file():
         raise FileNotFoundError(f"the base run {base} has no {TOKENIZER_FILE}: SFT uses the base's tokenizer")
-    chat = ChatTemplate(Tokenizer.from_str(tokenizer_file.read_text()), template)
+    tokenizer = tokenizer_file.read_text()
+    chat = ChatTemplate(Tokenizer.from_str(tokenizer), template)
     stats = ChatStats()
     examples = (chat.encode(messages) for messages in read_conversations(data, stats))
     sequences = list(pack(examples, model.seq_len, stats))
@@ -108,12 +109,12 @@ def sft(
     batches = PackedBatches(sequences, config.batch_size, config.seed)
     inputs = {
         "base": given(base_identity(base), str(base)),
-        "tokenizer": given(file_sha256(str(tokenizer_file)), str(tokenizer_file)),
+        "tokenizer": given(text_sha256(tokenizer), str(tokenizer_file)),
         "data": given(files_sha256(files), files),
     }
     check_inputs(str(out), inputs, record=is_primary())
     if is_primary():  # one writer of a run's files, as in `train`; after the check, as there
-        write_url(str(out / TOKENIZER_FILE), tokenizer_file.read_text())
+        write_url(str(out / TOKENIZER_FILE), tokenizer)
         write_url(str(out / CHAT_TEMPLATE_FILE), template)
         write_url(str(out / SFT_DATA_FILE), json.dumps(stats.as_dict(), indent=2))
     summary = train(model, config, batches, out, progress, on_step, packed=True, warm_start=base)
@@ -121,13 +122,10 @@ def sft(
 
 
 def base_identity(base: UPath) -> str:
-    """The base run as SFT starts from it: its model, its tokenizer and the checkpoints it holds (a base
-    trained further is another base)."""
+    """The base run as SFT starts from it: its model and the checkpoint steps it holds (a base trained
+    further is another base; a save in flight, not yet a step, changes nothing). Its tokenizer is an input
+    of its own."""
     checkpoints = base / CHECKPOINTS_DIR
-    steps = sorted(p.name for p in checkpoints.iterdir()) if checkpoints.exists() else []
-    parts = [
-        (base / MODEL_FILE).read_bytes(),
-        (base / TOKENIZER_FILE).read_bytes(),
-        json.dumps(steps).encode(),
-    ]
-    return hashlib.sha256(b"\0".join(parts)).hexdigest()
+    found = checkpoints.iterdir() if checkpoints.exists() else []
+    steps = sorted(int(p.name) for p in found if p.name.isdigit())
+    return hashlib.sha256((base / MODEL_FILE).read_bytes() + json.dumps(steps).encode()).hexdigest()

@@ -214,12 +214,12 @@ def _first_start(out_dir: UPath, resuming: bool) -> str | None:
     if resuming:
         return None
     started = datetime.now(UTC).isoformat(timespec="microseconds")
-    write_url(str(path), json.dumps({"started_at": started}).encode())
+    write_url(str(path), json.dumps({"started_at": started}))
     return started
 
 
 def _write_metrics(path: UPath, metrics: list[dict[str, Any]]) -> None:
-    write_url(str(path), "".join(json.dumps(m) + "\n" for m in metrics).encode())
+    write_url(str(path), "".join(json.dumps(m) + "\n" for m in metrics))
 
 
 def _metrics_before(path: UPath, step: int) -> list[dict[str, Any]]:
@@ -384,6 +384,6 @@ def train(
         summary["started_at"] = started_at
     if primary:
         recorded = {"config": meta["train"], "summary": summary}
-        write_url(str(out_dir / TRAIN_FILE), json.dumps(recorded, indent=2).encode())
+        write_url(str(out_dir / TRAIN_FILE), json.dumps(recorded, indent=2))
         write_url(str(out_dir / LOSS_CURVE_FILE), loss_curve_png(metrics, summary))
     return summary
