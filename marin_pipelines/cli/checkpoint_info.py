@@ -9,7 +9,8 @@ from marin_pipelines.cli import print_json
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "checkpoint-info", help="step, parameter count and sha256 of a training directory's checkpoint"
+        "checkpoint-info",
+        help="step, parameter counts (total and active) and sha256 of a training directory's checkpoint",
     )
     parser.add_argument("dir", help="a directory (or gs:// URL) written by `marin-pipelines train`")
     parser.add_argument("--step", type=int, help="which checkpoint (default: the latest)")
@@ -17,7 +18,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def print_info(directory: str, step: int | None) -> int:
-    import jax
     from upath import UPath
 
     from marin_pipelines.train.checkpoint import Checkpoints, load_params, params_sha256
@@ -28,7 +28,8 @@ def print_info(directory: str, step: int | None) -> int:
         steps = checkpoints.all_steps()
     info = {
         "step": step,
-        "params": sum(leaf.size for leaf in jax.tree.leaves(params)),
+        "params": config.num_params(),  # trainable: an MoE's balance bias is state, not a parameter
+        "active_params": config.num_params(active=True),  # what one token uses: FLOPs count these
         "sha256": params_sha256(params),
         "checkpoints": steps,
         "model": config.model_dump(),

@@ -90,6 +90,11 @@ def export_hf(
     (written on local disk first, then uploaded: safetensors writes files). ``chat_template`` (Jinja) goes
     into ``tokenizer_config.json``; by default the training directory's ``chat_template.jinja``, if any."""
     _, params, config, step = load_params(train_dir)
+    if config.moe is not None:
+        raise ValueError(
+            f"{train_dir} holds a mixture-of-experts model: export-hf writes dense LlamaForCausalLM / "
+            "Qwen3ForCausalLM only (no MoE mapping yet)"
+        )
     template = train_dir_template(UPath(train_dir)) if chat_template is None else chat_template
     fs, target = fsspec.core.url_to_fs(str(out))
     if isinstance(fs, LocalFileSystem):

@@ -1,8 +1,9 @@
 """A Llama-style decoder in Flax NNX, readable top to bottom.
 
 Token embedding -> n_layers x [RMSNorm -> grouped-query causal attention with RoPE (optionally
-QK-norm) -> residual, RMSNorm -> SwiGLU MLP -> residual] -> final RMSNorm -> LM head (or the tied
-embedding). Parameters are float32; matmuls run in ``dtype`` (bfloat16 on TPU/GPU); logits are float32.
+QK-norm) -> residual, RMSNorm -> SwiGLU MLP (or, with ``moe``, a mixture of SwiGLU experts: ``moe.py``)
+-> residual] -> final RMSNorm -> LM head (or the tied embedding). Parameters are float32; matmuls run in
+``dtype`` (bfloat16 on TPU/GPU); logits are float32.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from marin_pipelines.train.moe import MoE, MoEConfig, RouterStats
 
 INIT_STD = 0.02
 
@@ -37,6 +40,7 @@ class LlamaConfig(BaseModel):
     )
     norm_eps: float = Field(default=1e-5, gt=0)
     dtype: Literal["float32", "bfloat16"] = Field(default="float32", description="compute dtype of matmuls")
+    moe: MoEConfig | None = Field(default=None, description="mixture-of-experts MLPs (moe.py); None: dense")
 
     @model_validator(mode="after")
     def _check_heads(self) -> LlamaConfig:
@@ -52,15 +56,27 @@ class LlamaConfig(BaseModel):
     def head_dim(self) -> int:
         return self.d_model // self.n_heads
 
-    def _layer_matmul_params(self) -> int:
+    def is_moe_layer(self, layer: int) -> bool:
+        return self.moe is not None and (layer + 1) % self.moe.every == 0
+
+    def _layers_matmul_params(self, active: bool) -> int:
+        """Matmul parameters of all layers; ``active``: only those one token passes through (MoE: top_k)."""
         d, kv = self.d_model, self.n_kv_heads * self.head_dim
         attention = d * d + 2 * d * kv + d * d  # wq, wk, wv, wo
-        return attention + 3 * d * self.d_ff  # w_gate, w_up, w_down
+        total = 0
+        for layer in range(self.n_layers):
+            if self.is_moe_layer(layer):
+                assert self.moe is not None
+                total += attention + self.moe.layer_params(self)[active]
+            else:
+                total += attention + 3 * d * self.d_ff  # w_gate, w_up, w_down
+        return total
 
-    def num_params(self, include_embeddings: bool = True) -> int:
-        """Trainable parameters. Embeddings are the token embedding plus the untied LM head."""
+    def num_params(self, include_embeddings: bool = True, active: bool = False) -> int:
+        """Trainable parameters (the MoE balance bias is state, not trained). Embeddings are the token
+        embedding plus the untied LM head. ``active``: those one token uses, which differ for MoE only."""
         norms = (2 * self.n_layers + 1) * self.d_model + self.n_layers * 2 * self.head_dim * self.qk_norm
-        non_embedding = self.n_layers * self._layer_matmul_params() + norms
+        non_embedding = self._layers_matmul_params(active) + norms
         if not include_embeddings:
             return non_embedding
         embeddings = self.vocab_size * self.d_model * (1 if self.tie_embeddings else 2)
@@ -69,12 +85,13 @@ class LlamaConfig(BaseModel):
     def flops_per_token(self) -> float:
         """Training FLOPs per token, Levanter's ``lm_flops_per_token`` x 3 (forward + backward).
 
-        Forward: 2 x the matmul parameters (every layer's projections plus the LM head, tied or not;
-        the embedding lookup and norm scales do no matmuls), plus per layer the attention over the
-        full T x T map as Megatron counts it (causality not discounted): 2 T d for the QK^T logits,
-        2 T d for the weighted sum of values and 3 T n_heads for mask and softmax. So 6N + attention.
+        Forward: 2 x the active matmul parameters (every layer's projections, for MoE the router and the
+        top_k and shared experts a token goes through, plus the LM head, tied or not; the embedding lookup
+        and norm scales do no matmuls), plus per layer the attention over the full T x T map as Megatron
+        counts it (causality not discounted): 2 T d for the QK^T logits, 2 T d for the weighted sum of
+        values and 3 T n_heads for mask and softmax. So 6N + attention, N active.
         """
-        matmul = self.n_layers * self._layer_matmul_params() + self.vocab_size * self.d_model
+        matmul = self._layers_matmul_params(active=True) + self.vocab_size * self.d_model
         attention = self.n_layers * (4 * self.seq_len * self.d_model + 3 * self.seq_len * self.n_heads)
         return 3.0 * (2.0 * matmul + attention)
 
@@ -133,17 +150,21 @@ def segment_positions(segments: jax.Array) -> jax.Array:
     return index - jax.lax.cummax(jnp.where(starts, index, 0), axis=1)
 
 
+def _out_std(config: LlamaConfig) -> float:
+    """Init scale of the projections back into the residual: GPT-2's, shrinking with depth."""
+    return INIT_STD / math.sqrt(2 * config.n_layers)
+
+
 class Attention(nnx.Module):
     """Grouped-query causal self-attention: n_kv_heads key/value heads shared by n_heads queries."""
 
     def __init__(self, config: LlamaConfig, rngs: nnx.Rngs):
         d, hd = config.d_model, config.head_dim
-        out_std = INIT_STD / math.sqrt(2 * config.n_layers)  # GPT-2: residual writes shrink with depth
         self.config = config
         self.wq = _dense(d, config.n_heads * hd, INIT_STD, config, rngs)
         self.wk = _dense(d, config.n_kv_heads * hd, INIT_STD, config, rngs)
         self.wv = _dense(d, config.n_kv_heads * hd, INIT_STD, config, rngs)
-        self.wo = _dense(config.n_heads * hd, d, out_std, config, rngs)
+        self.wo = _dense(config.n_heads * hd, d, _out_std(config), config, rngs)
         # QK-norm bounds the attention logits, which keeps large learning rates stable.
         self.q_norm = _norm(hd, config, rngs) if config.qk_norm else None
         self.k_norm = _norm(hd, config, rngs) if config.qk_norm else None
@@ -168,30 +189,42 @@ class Attention(nnx.Module):
 
 
 class SwiGLU(nnx.Module):
-    """MLP with a SiLU-gated linear unit: w_down(silu(w_gate x) * w_up x)."""
+    """MLP with a SiLU-gated linear unit: w_down(silu(w_gate x) * w_up x), hidden width ``d_ff``."""
 
-    def __init__(self, config: LlamaConfig, rngs: nnx.Rngs):
-        out_std = INIT_STD / math.sqrt(2 * config.n_layers)
-        self.w_gate = _dense(config.d_model, config.d_ff, INIT_STD, config, rngs)
-        self.w_up = _dense(config.d_model, config.d_ff, INIT_STD, config, rngs)
-        self.w_down = _dense(config.d_ff, config.d_model, out_std, config, rngs)
+    def __init__(self, config: LlamaConfig, rngs: nnx.Rngs, d_ff: int | None = None):
+        d_ff = d_ff or config.d_ff
+        self.w_gate = _dense(config.d_model, d_ff, INIT_STD, config, rngs)
+        self.w_up = _dense(config.d_model, d_ff, INIT_STD, config, rngs)
+        self.w_down = _dense(d_ff, config.d_model, _out_std(config), config, rngs)
 
     def __call__(self, x: jax.Array) -> jax.Array:
         return self.w_down(jax.nn.silu(self.w_gate(x)) * self.w_up(x))
 
 
 class Block(nnx.Module):
-    """Pre-norm transformer block."""
+    """Pre-norm transformer block; layer ``layer``'s MLP is a mixture of experts where the config says."""
 
-    def __init__(self, config: LlamaConfig, rngs: nnx.Rngs):
+    def __init__(self, config: LlamaConfig, layer: int, rngs: nnx.Rngs):
         self.attn_norm = _norm(config.d_model, config, rngs)
         self.attn = Attention(config, rngs)
         self.mlp_norm = _norm(config.d_model, config, rngs)
-        self.mlp = SwiGLU(config, rngs)
+        self.mlp: SwiGLU | MoE
+        if config.is_moe_layer(layer):
+            assert config.moe is not None
+            width = config.moe.shared_experts * config.moe.expert_d_ff(config)
+            shared = SwiGLU(config, rngs, d_ff=width) if width else None
+            self.mlp = MoE(config, rngs, std=INIT_STD, out_std=_out_std(config), shared=shared)
+        else:
+            self.mlp = SwiGLU(config, rngs)
 
-    def __call__(self, x: jax.Array, segments: jax.Array | None = None) -> jax.Array:
+    def __call__(
+        self, x: jax.Array, segments: jax.Array | None = None
+    ) -> tuple[jax.Array, RouterStats | None]:
         x = x + self.attn(self.attn_norm(x), segments)
-        return x + self.mlp(self.mlp_norm(x))
+        if isinstance(self.mlp, MoE):
+            y, stats = self.mlp(self.mlp_norm(x))
+            return x + y, stats
+        return x + self.mlp(self.mlp_norm(x)), None
 
 
 class Llama(nnx.Module):
@@ -203,7 +236,7 @@ class Llama(nnx.Module):
         self.embed = nnx.Embed(
             config.vocab_size, config.d_model, embedding_init=init, dtype=config.dtype, rngs=rngs
         )
-        self.blocks = nnx.List([Block(config, rngs) for _ in range(config.n_layers)])
+        self.blocks = nnx.List([Block(config, layer, rngs) for layer in range(config.n_layers)])
         self.final_norm = _norm(config.d_model, config, rngs)
         self.lm_head = (
             None
@@ -214,9 +247,18 @@ class Llama(nnx.Module):
     def __call__(self, tokens: jax.Array, segments: jax.Array | None = None) -> jax.Array:
         """``segments[B, T]`` (int, optional): ids of the examples packed into each row; a token attends
         only to earlier tokens of its own example, whose positions count from 0."""
+        return self.forward(tokens, segments)[0]
+
+    def forward(
+        self, tokens: jax.Array, segments: jax.Array | None = None
+    ) -> tuple[jax.Array, dict[int, RouterStats]]:
+        """The logits and, for training, each MoE layer's routing statistics by block index."""
         x = self.embed(tokens)
-        for block in self.blocks:
-            x = block(x, segments)
+        routing = {}
+        for layer, block in enumerate(self.blocks):
+            x, stats = block(x, segments)
+            if stats is not None:
+                routing[layer] = stats
         x = self.final_norm(x)
         logits = self.embed.attend(x) if self.lm_head is None else self.lm_head(x)
-        return logits.astype(jnp.float32)
+        return logits.astype(jnp.float32), routing

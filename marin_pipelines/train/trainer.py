@@ -26,7 +26,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 import jax
 import jax.numpy as jnp
@@ -41,6 +41,7 @@ from marin_pipelines.train.checkpoint import Checkpoints, load_params, params_sh
 from marin_pipelines.train.distributed import is_primary
 from marin_pipelines.train.loss_curve import loss_curve_png
 from marin_pipelines.train.model import Llama, LlamaConfig
+from marin_pipelines.train.moe import MoEConfig, RouterStats, rebalance, router_loss, router_metrics
 from marin_pipelines.train.optimizer import learning_rate_schedule, make_optimizer
 from marin_pipelines.train.sharding import batch_sharding, data_mesh, process_rows, state_shardings
 from marin_pipelines.train.throughput import measure_matmul_peak
@@ -85,25 +86,33 @@ def _is_spike(loss: jax.Array, state: TrainState, config: TrainConfig) -> jax.Ar
 
 
 def _make_train_step(
-    graphdef: nnx.GraphDef, tx: optax.GradientTransformation, config: TrainConfig
+    graphdef: nnx.GraphDef, tx: optax.GradientTransformation, config: TrainConfig, moe: MoEConfig | None
 ) -> TrainStep:
     schedule = learning_rate_schedule(config)
 
-    def loss_fn(params: nnx.State, batch: jax.Array) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
+    def loss_fn(params: nnx.State, batch: jax.Array) -> tuple[jax.Array, Losses]:
+        model = nnx.merge(graphdef, params)
         if batch.ndim == 3:  # packed chat examples: tokens, segment ids, assistant mask
-            return packed_loss(nnx.merge(graphdef, params), batch, config.z_loss_weight)
-        logits = nnx.merge(graphdef, params)(batch[:, :-1])
-        cross_entropy = optax.softmax_cross_entropy_with_integer_labels(logits, batch[:, 1:]).mean()
-        z_loss = (jax.nn.logsumexp(logits, axis=-1) ** 2).mean()
-        return cross_entropy + config.z_loss_weight * z_loss, (cross_entropy, z_loss)
+            loss, losses = packed_loss(model, batch, config.z_loss_weight)
+        else:
+            logits, routing = model.forward(batch[:, :-1])
+            cross_entropy = optax.softmax_cross_entropy_with_integer_labels(logits, batch[:, 1:]).mean()
+            z_loss = (jax.nn.logsumexp(logits, axis=-1) ** 2).mean()
+            losses = Losses(cross_entropy, z_loss, routing)
+            loss = cross_entropy + config.z_loss_weight * z_loss
+        if moe is not None:
+            loss = loss + router_loss(losses.routing, moe)
+        return loss, losses
 
     def train_step(state: TrainState, batch: jax.Array) -> tuple[TrainState, dict[str, jax.Array]]:
-        (loss, (cross_entropy, z_loss)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+        (loss, (cross_entropy, z_loss, routing)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
             state["params"], batch
         )
         grad_norm = optax.tree.norm(grads)
         updates, opt_state = tx.update(grads, state["opt_state"], state["params"])
         params = optax.apply_updates(state["params"], updates)
+        if moe is not None:  # the balance bias moves by the load, not the gradient
+            params = rebalance(params, routing, moe)
         finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
         skip = ~finite | _is_spike(loss, state, config)
 
@@ -132,26 +141,33 @@ def _make_train_step(
             "grad_norm": grad_norm,
             "lr": schedule(state["applied"]),
             "skipped": skip,
+            **(router_metrics(routing) if routing else {}),
         }
         return new_state, metrics
 
     return train_step
 
 
-def packed_loss(
-    model: Llama, batch: jax.Array, z_loss_weight: float
-) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
+class Losses(NamedTuple):
+    """What the loss reports besides its value: the parts logged, and the MoE layers' routing."""
+
+    cross_entropy: jax.Array
+    z_loss: jax.Array
+    routing: dict[int, RouterStats]
+
+
+def packed_loss(model: Llama, batch: jax.Array, z_loss_weight: float) -> tuple[jax.Array, Losses]:
     """Loss of packed examples (``batch[B, 3, T + 1]``: tokens, segment ids, assistant mask): the mean over
     the targets that count, assistant tokens predicted from their own example."""
     tokens, segments, assistant = batch[:, 0], batch[:, 1], batch[:, 2]
-    logits = model(tokens[:, :-1], segments[:, :-1])
+    logits, routing = model.forward(tokens[:, :-1], segments[:, :-1])
     same = (segments[:, 1:] == segments[:, :-1]) & (segments[:, 1:] > 0)
     weights = (assistant[:, 1:] > 0) & same
     count = jnp.maximum(weights.sum(), 1)
     nll = optax.softmax_cross_entropy_with_integer_labels(logits, tokens[:, 1:])
     cross_entropy = jnp.where(weights, nll, 0).sum() / count
     z_loss = jnp.where(weights, jax.nn.logsumexp(logits, axis=-1) ** 2, 0).sum() / count
-    return cross_entropy + z_loss_weight * z_loss, (cross_entropy, z_loss)
+    return cross_entropy + z_loss_weight * z_loss, Losses(cross_entropy, z_loss, routing)
 
 
 def _initial_state(model: Llama, tx: optax.GradientTransformation, config: TrainConfig) -> TrainState:
@@ -289,7 +305,7 @@ def train(
     replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
     rows_sharding = batch_sharding(mesh)
     train_step = jax.jit(
-        _make_train_step(graphdef, tx, config),
+        _make_train_step(graphdef, tx, config, model_config.moe),
         in_shardings=(shardings, rows_sharding),
         out_shardings=(shardings, replicated),
     )
@@ -369,6 +385,7 @@ def train(
         "skipped_updates": sum(m["skipped"] for m in metrics),
         "tokens_seen": tokens_per_step * config.steps,
         "params": model_config.num_params(),
+        "active_params": model_config.num_params(active=True),
         "non_embedding_params": model_config.num_params(include_embeddings=False),
         "flops_per_token": flops_per_token,
         "flops": flops_per_token * tokens_per_step * config.steps,

@@ -1,0 +1,176 @@
+"""Mixture-of-experts layers: routing against a per-token reference, capacity drops, balancing a planted skew,
+active-parameter FLOPs counted by hand, config errors, and a real MoE run that learns."""
+
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+from pydantic import ValidationError
+
+from marin_pipelines.train.checkpoint import load_params, params_sha256
+from marin_pipelines.train.model import Llama, LlamaConfig, SwiGLU
+from marin_pipelines.train.moe import MoE, MoEConfig, rebalance, router_loss
+from marin_pipelines.train.train_config import TrainConfig
+from marin_pipelines.train.trainer import train
+
+D, F, E = 16, 24, 4
+
+
+def config(**moe) -> LlamaConfig:
+    return LlamaConfig(
+        vocab_size=32, seq_len=8, d_model=D, n_layers=1, n_heads=2, n_kv_heads=1, d_ff=F, moe=MoEConfig(**moe)
+    )
+
+
+def layer(**moe) -> MoE:
+    cfg = config(**moe)
+    shared = None
+    if cfg.moe.shared_experts:
+        shared = SwiGLU(cfg, nnx.Rngs(1), d_ff=cfg.moe.shared_experts * F)
+    return MoE(cfg, nnx.Rngs(0), std=0.3, out_std=0.3, shared=shared)
+
+
+def reference(moe: MoE, x: np.ndarray, capacity: int | None) -> np.ndarray:
+    """Token by token: each chosen expert's SwiGLU times its gate, assignments past an expert's capacity
+    (first choices of all tokens first, then second choices, each in token order) left out."""
+    cfg = moe.config.moe
+    tokens = np.asarray(x, np.float64).reshape(-1, D)
+    probs = np.asarray(jax.nn.softmax(tokens @ np.asarray(moe.router.kernel[...], np.float64), -1))
+    chosen = np.argsort(-(probs + np.asarray(moe.router_bias[...])), axis=-1, kind="stable")[:, : cfg.top_k]
+    gates = np.take_along_axis(probs, chosen, -1)
+    if cfg.top_k > 1:
+        gates = gates / gates.sum(-1, keepdims=True)
+    w_gate, w_up, w_down = (np.asarray(w[...], np.float64) for w in (moe.w_gate, moe.w_up, moe.w_down))
+    out, taken = np.zeros_like(tokens), np.zeros(E, int)
+    for j in range(cfg.top_k):
+        for t, token in enumerate(tokens):
+            e = chosen[t, j]
+            taken[e] += 1
+            if capacity is not None and taken[e] > capacity:
+                continue
+            hidden = token @ w_gate[e]
+            out[t] += gates[t, j] * ((hidden / (1 + np.exp(-hidden)) * (token @ w_up[e])) @ w_down[e])
+    if moe.shared is not None:
+        out += np.asarray(moe.shared(jnp.asarray(tokens, jnp.float32)))
+    return out.reshape(x.shape)
+
+
+X = np.asarray(jax.random.normal(jax.random.key(1), (2, 8, D)))
+
+
+@pytest.mark.parametrize(
+    "moe, capacity",
+    [
+        (dict(experts=E, top_k=2, dropless=True), None),
+        (dict(experts=E, top_k=1, capacity_factor=4.0), None),  # capacity = every token: nothing dropped
+        (dict(experts=E, top_k=2, capacity_factor=0.5), 4),  # ceil(0.5 x 16 x 2 / 4)
+        (dict(experts=E, top_k=2, shared_experts=1, dropless=True), None),
+    ],
+)
+def test_layer_matches_a_per_token_reference(moe, capacity):
+    module = layer(**moe)
+    y, stats = module(jnp.asarray(X))
+    np.testing.assert_allclose(np.asarray(y), reference(module, X, capacity), rtol=2e-4, atol=2e-5)
+    assert float(stats.load.sum()) == pytest.approx(1.0)
+
+
+def test_planted_skew_drops_what_exceeds_the_capacity_and_the_bias_rebalances_it():
+    """A router that sends every token to expert 0: with capacity 4 of 16 tokens, 12 assignments are
+    dropped (their rows are zero: no shared expert), the load is all on one expert; the balance bias then
+    spreads the load without any gradient."""
+    cfg = config(experts=E, top_k=1, capacity_factor=1.0, bias_rate=0.02)
+    model = Llama(cfg, nnx.Rngs(0))
+    model.blocks[0].mlp.router.kernel[...] = 0.3 * jax.random.normal(jax.random.key(3), (D, E))
+    model.blocks[0].mlp.router_bias[...] = jnp.array([2.0, 0.0, 0.0, 0.0])  # planted: expert 0 always wins
+    x = jnp.asarray(X)
+    y, stats = model.blocks[0].mlp(x)
+    assert float(stats.dropped) == pytest.approx(12 / 16)
+    assert np.asarray(stats.load).tolist() == [1.0, 0.0, 0.0, 0.0]
+    rows = np.asarray(y).reshape(16, D)
+    assert np.all(rows[4:] == 0) and np.all(np.abs(rows[:4]).sum(-1) > 0)  # the first 4 tokens kept
+
+    graphdef, params = nnx.split(model)
+    tokens = jax.random.randint(jax.random.key(2), (4, 8), 0, 32)
+    imbalance = []
+    for _ in range(80):
+        _, routing = nnx.merge(graphdef, params).forward(tokens)
+        imbalance.append(float(routing[0].load.max() / routing[0].load.mean()))
+        params = rebalance(params, routing, cfg.moe)
+    assert imbalance[0] == pytest.approx(E) and max(imbalance[-10:]) <= 1.5
+
+
+def test_aux_loss_is_one_when_balanced_and_only_counted_when_chosen():
+    module = layer(experts=E, top_k=1, dropless=True, router_z_loss_weight=0.0)
+    module.router.kernel[...] = jnp.zeros((D, E))  # uniform probabilities; the bias breaks the ties evenly
+    _, stats = module(jnp.asarray(X))
+    with_bias = MoEConfig(experts=E, top_k=1, dropless=True, router_z_loss_weight=0.0)
+    with_aux = with_bias.model_copy(update={"balance": "aux_loss", "aux_loss_weight": 0.5})
+    assert float(stats.aux_loss) == pytest.approx(1.0)
+    assert float(router_loss({0: stats}, with_bias)) == 0.0
+    assert float(router_loss({0: stats}, with_aux)) == pytest.approx(0.5)
+
+
+def test_active_parameters_and_flops_by_hand():
+    """2 layers (layer 1 MoE: every 2), d 16, 8 experts of width 12, top 2, 1 shared; attention 4 d^2."""
+    cfg = LlamaConfig(
+        vocab_size=40, seq_len=8, d_model=16, n_layers=2, n_heads=2, n_kv_heads=2, d_ff=24,
+        moe=MoEConfig(experts=8, top_k=2, shared_experts=1, d_ff=12, every=2),
+    )  # fmt: skip
+    attention, dense_mlp, expert, router = 4 * 16 * 16, 3 * 16 * 24, 3 * 16 * 12, 16 * 8
+    norms, embeddings = 5 * 16, 2 * 40 * 16
+    total = 2 * attention + dense_mlp + router + (8 + 1) * expert + norms + embeddings
+    active = 2 * attention + dense_mlp + router + (2 + 1) * expert + norms + embeddings
+    assert cfg.num_params() == total and cfg.num_params(active=True) == active
+    model = Llama(cfg, nnx.Rngs(0))
+    leaves = sum(leaf.size for leaf in jax.tree.leaves(nnx.state(model)))
+    assert leaves == total + 8  # the balance bias is state, not a parameter
+    matmul = 2 * attention + dense_mlp + router + 3 * expert + 40 * 16
+    assert cfg.flops_per_token() == 3 * (2 * matmul + 2 * (4 * 8 * 16 + 3 * 8 * 2))
+
+
+@pytest.mark.parametrize(
+    "moe, message",
+    [
+        (dict(experts=4, top_k=5), "top_k (5) must not exceed experts (4)"),
+        (dict(experts=4, top_k=1, dropless=True, capacity_factor=2.0), "not both"),
+        (dict(experts=1, top_k=1), "experts"),
+        (dict(experts=4, top_k=1, balance="loss"), "'bias' or 'aux_loss'"),
+    ],
+)
+def test_impossible_configs_name_the_field(moe, message):
+    with pytest.raises(ValidationError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        MoEConfig(**moe)
+
+
+def test_moe_run_learns_logs_routing_and_resumes_bit_identically(tmp_path):
+    cfg = config(experts=E, top_k=2, capacity_factor=1.0).model_copy(update={"n_layers": 2})
+    run = TrainConfig(steps=30, batch_size=8, learning_rate=1e-2, warmup_steps=3, checkpoint_every=10)
+    run = run.model_copy(update={"peak_flops": 1e10})
+    pattern = np.array([3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7])
+
+    def batches(step: int) -> np.ndarray:  # a periodic stream at random offsets: learnable
+        offsets = np.random.default_rng(step).integers(0, len(pattern), run.batch_size)
+        return np.stack([np.resize(np.roll(pattern, -o), cfg.seq_len + 1) for o in offsets])
+
+    def crashing(step: int) -> np.ndarray:
+        if step == 15:
+            raise KeyboardInterrupt
+        return batches(step)
+
+    whole = train(cfg, run, batches, tmp_path / "whole", progress=False)
+    assert whole["final_loss"] < 0.7 * whole["initial_loss"]
+    assert whole["params"] > whole["active_params"] == cfg.num_params(active=True)
+    with pytest.raises(KeyboardInterrupt):
+        train(cfg, run, crashing, tmp_path / "resumed", progress=False)
+    assert train(cfg, run, batches, tmp_path / "resumed", progress=False)["resumed_from_step"] == 10
+    final = [load_params(tmp_path / name)[1] for name in ("whole", "resumed")]
+    assert params_sha256(final[0]) == params_sha256(final[1])
+    assert not np.array_equal(final[0]["blocks"][0]["mlp"]["router_bias"][...], np.zeros(E))  # it moved
+    metrics = [json.loads(line) for line in (tmp_path / "whole" / "metrics.jsonl").read_text().splitlines()]
+    assert {"moe_load_max_over_mean", "moe_dropped", "moe_router_entropy", "moe_aux_loss"} <= metrics[
+        0
+    ].keys()
+    assert all(m["moe_load_max_over_mean"] >= 1 and 0 <= m["moe_dropped"] < 1 for m in metrics)
