@@ -22,7 +22,19 @@ that names it. Two recipes are registered in ``RECIPES``:
   * beta2 with a fixed EMA half-life in tokens, ``batch_tokens x ln 0.5 / ln beta2 = half_life_tokens``,
     clipped to [``min_beta2``, ``max_beta2``] (Delphi; Porian et al. 2024 and Marek et al. 2025: small
     batches need a larger beta2);
-  * WSD schedule, 10% warmup, 20% linear decay to 0 (Delphi), AdamW.
+  * WSD schedule, 10% warmup, 20% linear decay to 0 (Delphi), AdamW (``optimizer``: or adamh, muon).
+
+  With ``optimizer="muon"`` the same rule sets the one learning rate and weight decay, for Muon's hidden
+  matrices and for the AdamW that keeps the embedding, LM head and norms. It carries over because each Muon
+  update is scaled to RMS 0.2, AdamW's typical update RMS (Moonlight, Liu et al. 2025; train/optimizer.py):
+  per entry, a Muon step at a given LR is the size of an AdamW step, so Moonlight reused AdamW's tuned LR
+  and decay unchanged. What differs is the exponents, argued for Adam. Muon's update is full rank, its
+  spectral norm 0.2 x lr x sqrt(width), where Adam's (near low rank, entries ~lr) grows like lr x width,
+  so muP's spectral condition would give the hidden matrices LR ~ 1/sqrt(width) (``width_exponent``
+  0.5), not 1/width; with one LR for both parts the Adam exponent stays, conservative for Muon at large
+  widths. The sqrt-batch rule (an SDE argument for Adam) is unmeasured for Muon, and beta2 reaches only
+  the Adam part (Muon's momentum is fixed at 0.95): a Muon ladder should search ``width_exponent`` and
+  ``learning_rate`` before it extrapolates.
 
 A recipe whose rule (code) changes should be registered under a new name: only constants are fields.
 """
@@ -39,7 +51,7 @@ from marin_pipelines.scaling.scaling_law import LadderConfig, LadderRun
 from marin_pipelines.train.model import MODEL_SIZES, LlamaConfig, preset
 from marin_pipelines.train.train_config import TrainConfig
 
-Optimizer = Literal["adamw", "adamh"]  # TrainConfig.optimizer
+Optimizer = Literal["adamw", "adamh", "muon"]  # TrainConfig.optimizer
 DEFAULT_TOKENS_PER_PARAM = 20.0  # Chinchilla
 SHAPE_TOLERANCE = 2.0  # a request further than this factor past the recipe's smallest/largest shape fails
 

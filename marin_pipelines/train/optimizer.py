@@ -1,4 +1,4 @@
-"""AdamW or AdamH, with warmup then cosine or WSD decay and global-norm clipping.
+"""AdamW, AdamH or Muon, with warmup then cosine or WSD decay and global-norm clipping.
 
 ``adamw`` keeps Levanter's defaults: decay on matmul kernels only (not norm scales, not the token
 embedding), the gradient norm clipped before Adam, and the schedule a pure function of the number of
@@ -8,10 +8,21 @@ updates applied.
 on the sphere of its initial Frobenius norm, so there is no weight decay to search: under AdamW the decay
 sets the equilibrium weight norm and with it the angular step; here the learning rate is that angular step
 directly. Norm scales get plain Adam without decay.
+
+``muon`` (Jordan 2024) orthogonalizes the Nesterov momentum (``MUON_MOMENTUM``) of each hidden weight
+matrix by five Newton-Schulz steps: every parameter of two or more axes inside ``blocks`` except an MoE
+router's (``muon_labels``; a 3-D expert weight [experts, d_in, d_out] is a batch of matrices). The token
+embedding, the LM head, norm scales and every 1-D leaf get ``adamw`` as above (the Muon papers: Muon is for
+hidden matrices). One learning rate serves both, by Moonlight's rule (Liu et al. 2025): each Muon update
+is scaled to RMS ``MUON_RMS`` = 0.2, i.e. by 0.2 x sqrt(max(d_in, d_out)) (an orthogonal d_in x d_out
+matrix has RMS 1/sqrt(max)), AdamW's typical update RMS, so ``learning_rate`` and ``weight_decay`` keep
+their AdamW meaning: ``W -= lr * (0.2 sqrt(max(d_in, d_out)) O + weight_decay * W)``, every Muon matrix
+decayed as AdamW decays kernels.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -22,6 +33,9 @@ from flax import nnx
 
 if TYPE_CHECKING:
     from marin_pipelines.train.train_config import TrainConfig
+
+MUON_MOMENTUM = 0.95  # Jordan's and Moonlight's; beta1 and beta2 stay Adam's (the non-Muon leaves)
+MUON_RMS = 0.2  # Moonlight: AdamW's typical update RMS, so AdamW's learning rate and weight decay carry over
 
 
 def learning_rate_schedule(config: TrainConfig) -> optax.Schedule:
@@ -51,14 +65,25 @@ def learning_rate_schedule(config: TrainConfig) -> optax.Schedule:
 
 
 def decay_mask(params: nnx.State) -> nnx.State:
-    """Weight decay on matmul kernels only: not on norm scales, not on the token embedding."""
+    """Weight decay on matmul kernels and MoE expert weights (3-D) only: not on norm scales, not on the token
+    embedding, not on the MoE balance bias."""
     return jax.tree_util.tree_map_with_path(
-        lambda path, _: any(getattr(key, "key", None) == "kernel" for key in path), params
+        lambda path, leaf: any(getattr(key, "key", None) == "kernel" for key in path) or jnp.ndim(leaf) == 3,
+        params,
     )
 
 
+def frobenius(x: jax.Array) -> jax.Array:
+    """The Frobenius norm of a matrix; of each matrix of a stack (an MoE weight [experts, d_in, d_out]),
+    shaped to broadcast against it."""
+    if x.ndim >= 3:
+        return jnp.sqrt(jnp.sum(jnp.square(x), axis=(-2, -1), keepdims=True))
+    return jnp.linalg.norm(x)
+
+
 def sphere_mask(params: nnx.State) -> nnx.State:
-    """AdamH's spheres: every matrix (matmul kernels, the LM head and the token embedding), not norm scales.
+    """AdamH's spheres: every matrix (matmul kernels, the LM head and the token embedding; each expert of an
+    MoE weight its own sphere, ``frobenius``), not norm scales.
 
     The embedding is on its sphere too, as one matrix (not per row): with one learning rate that is a
     relative step for every parameter, plain Adam would move the 0.02-scale embedding by ``learning_rate``
@@ -66,6 +91,60 @@ def sphere_mask(params: nnx.State) -> nnx.State:
     one more knob to search. Rows of tokens never seen shrink slowly as the rest turn, as under weight decay.
     """
     return jax.tree.map(lambda leaf: jnp.ndim(leaf) >= 2, params)
+
+
+def _names(path: tuple) -> list[str]:
+    return [str(getattr(key, "key", getattr(key, "idx", getattr(key, "name", "")))) for key in path]
+
+
+def muon_labels(params: Any) -> Any:
+    """``"muon"`` for a hidden weight matrix (ndim >= 2, in ``blocks``, not an MoE router's), else ``"adam"``.
+
+    The embedding and the LM head are matrices too but stay on Adam: a lookup table and the readout are
+    not hidden linear maps, and Muon's spectral steps are derived for those (Jordan 2024; Moonlight).
+    """
+
+    def label(path: tuple, leaf: jax.Array) -> str:
+        names = _names(path)
+        hidden = "blocks" in names and not any("router" in name for name in names)
+        return "muon" if hidden and jnp.ndim(leaf) >= 2 else "adam"
+
+    return jax.tree_util.tree_map_with_path(label, params)
+
+
+def _matrix_axes(updates: Any) -> Any:
+    """Each Muon leaf's last two axes are (reduction, output), as ``x @ W``; leading axes (an MoE weight's
+    experts) are a batch, each matrix orthogonalized and scaled on its own."""
+    return jax.tree.map(
+        lambda u: optax.contrib.MuonDimensionNumbers(reduction_axis=u.ndim - 2, output_axis=u.ndim - 1),
+        updates,
+    )
+
+
+def _consistent_rms(update: jax.Array, _: Any) -> jax.Array:
+    """Moonlight's scale: an orthogonalized d_in x d_out update to RMS ``MUON_RMS``."""
+    return update * (MUON_RMS * math.sqrt(max(update.shape[-2:])))
+
+
+def muon(config: TrainConfig, schedule: optax.Schedule) -> optax.GradientTransformation:
+    """Muon on ``muon_labels``' matrices, AdamW (``decay_mask``) on the rest, one schedule for both.
+
+    Not ``optax.contrib.muon`` (whose ``consistent_rms=0.2`` is this same scaling): its Adam part shares
+    Muon's Nesterov flag and decays all of its leaves or none, where ``adamw`` here decays kernels only."""
+    return optax.partition(
+        {
+            "muon": optax.chain(
+                optax.contrib.scale_by_muon(beta=MUON_MOMENTUM, weight_dimension_numbers=_matrix_axes),
+                optax.stateless_with_tree_map(_consistent_rms),
+                optax.add_decayed_weights(config.weight_decay),
+                optax.scale_by_learning_rate(schedule),
+            ),
+            "adam": optax.adamw(
+                schedule, b1=config.beta1, b2=config.beta2, weight_decay=config.weight_decay, mask=decay_mask
+            ),
+        },
+        muon_labels,
+    )
 
 
 class HyperballState(NamedTuple):
@@ -86,7 +165,7 @@ def hyperball(
     """
 
     def init(params: optax.Params) -> HyperballState:
-        radius = jax.tree.map(lambda p: jnp.linalg.norm(p).astype(jnp.float32), params)
+        radius = jax.tree.map(lambda p: frobenius(p).astype(jnp.float32), params)
         return HyperballState(jnp.zeros((), jnp.int32), radius)
 
     def update(
@@ -100,8 +179,8 @@ def hyperball(
             if not on_sphere:
                 return (-lr * u).astype(w.dtype)
             tiny = jnp.finfo(jnp.float32).tiny  # a zero update leaves W be; a zero matrix stays zero
-            moved = w - lr * radius * u / jnp.maximum(jnp.linalg.norm(u), tiny)
-            return (radius * moved / jnp.maximum(jnp.linalg.norm(moved), tiny) - w).astype(w.dtype)
+            moved = w - lr * radius * u / jnp.maximum(frobenius(u), tiny)
+            return (radius * moved / jnp.maximum(frobenius(moved), tiny) - w).astype(w.dtype)
 
         deltas = jax.tree.map(step, updates, state.radius, params, mask(params))
         return deltas, HyperballState(optax.safe_increment(state.count), state.radius)
@@ -110,11 +189,14 @@ def hyperball(
 
 
 def make_optimizer(config: TrainConfig) -> optax.GradientTransformation:
-    """``config.optimizer``: AdamW, or Adam's update through ``hyperball`` (``weight_decay`` unused)."""
+    """``config.optimizer``: AdamW, Adam's update through ``hyperball`` (``weight_decay`` unused), or Muon
+    with AdamW; the gradient's global norm clipped first."""
     schedule = learning_rate_schedule(config)
     clip = optax.clip_by_global_norm(config.grad_clip)
     if config.optimizer == "adamh":
         return optax.chain(clip, optax.scale_by_adam(b1=config.beta1, b2=config.beta2), hyperball(schedule))
+    if config.optimizer == "muon":
+        return optax.chain(clip, muon(config, schedule))
     return optax.chain(
         clip,
         optax.adamw(

@@ -28,13 +28,19 @@ class TrainConfig(BaseModel):
     warmup_steps: int = Field(default=30, ge=0)
     decay_fraction: float = Field(default=0.2, gt=0, le=1, description="wsd: share of steps spent decaying")
     min_lr_ratio: float = Field(default=0.1, ge=0, le=1)
-    optimizer: Literal["adamw", "adamh"] = Field(
+    optimizer: Literal["adamw", "adamh", "muon"] = Field(
         default="adamw",
         description="adamw: Adam with decoupled weight decay; adamh: Adam with every weight matrix held on "
         "the sphere of its initial norm (train/optimizer.py), learning_rate then a relative step per update "
-        "and weight_decay unused",
+        "and weight_decay unused; muon: Muon (momentum 0.95, orthogonalized) on the hidden weight matrices "
+        "of the blocks, adamw on the embedding, LM head and norm scales, each Muon update scaled to RMS 0.2 "
+        "(Moonlight) so learning_rate and weight_decay mean what they do under adamw",
     )
-    weight_decay: float = Field(default=0.1, ge=0, description="adamw only: adamh's norms cannot grow")
+    weight_decay: float = Field(
+        default=0.1,
+        ge=0,
+        description="adamw; muon (its Muon matrices and AdamW kernels); adamh: unused, its norms are fixed",
+    )
     beta1: float = Field(default=0.9, ge=0, lt=1)
     beta2: float = Field(default=0.95, ge=0, lt=1)
     grad_clip: float = Field(default=1.0, gt=0)

@@ -152,9 +152,11 @@ def test_base_fields_the_recipe_does_not_set_are_kept():
     assert (run.train.seed, run.train.log_every, run.train.weight_decay) == (7, 5, 0.1)
 
 
-def test_optimizer_reaches_train_config():
-    run = recipe("delphi", optimizer="adamh", width_exponent=0.0).run(1e12, VOCAB, SEQ)
-    assert run.optimizer == run.train.optimizer == "adamh"
+@pytest.mark.parametrize("optimizer", ["adamh", "muon"])
+def test_optimizer_reaches_train_config(optimizer):
+    run = recipe("delphi", optimizer=optimizer, width_exponent=0.0).run(1e12, VOCAB, SEQ)
+    assert run.optimizer == run.train.optimizer == optimizer
+    assert run.describe()["optimizer"] == optimizer
 
 
 def test_recipes_are_named_configs_with_overridable_constants():

@@ -118,7 +118,7 @@ def test_adamh_run_learns_and_resumes_bit_identically(tmp_path):
     assert losses[0] == losses[1]
 
 
-def test_optimizer_must_be_adamw_or_adamh():
+def test_optimizer_is_a_known_one():
     assert TrainConfig().optimizer == "adamw"
     assert TrainConfig(optimizer="adamh", weight_decay=0.1).optimizer == "adamh"  # decay is ignored, no error
     with pytest.raises(ValidationError, match="optimizer"):

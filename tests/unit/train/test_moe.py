@@ -10,9 +10,10 @@ import pytest
 from flax import nnx
 from pydantic import ValidationError
 
-from marin_pipelines.train.checkpoint import load_params, params_sha256
+from marin_pipelines.train.checkpoint import flatten, load_params, params_sha256
 from marin_pipelines.train.model import Llama, LlamaConfig, SwiGLU
 from marin_pipelines.train.moe import MoE, MoEConfig, rebalance, router_loss
+from marin_pipelines.train.optimizer import decay_mask, hyperball
 from marin_pipelines.train.train_config import TrainConfig
 from marin_pipelines.train.trainer import train
 
@@ -174,3 +175,18 @@ def test_moe_run_learns_logs_routing_and_resumes_bit_identically(tmp_path):
         0
     ].keys()
     assert all(m["moe_load_max_over_mean"] >= 1 and 0 <= m["moe_dropped"] < 1 for m in metrics)
+
+
+def test_expert_weights_decay_and_each_expert_keeps_its_own_sphere_under_adamh():
+    params = nnx.split(Llama(config(experts=E, top_k=1), nnx.Rngs(0)))[1]
+    decays = flatten(decay_mask(params))
+    assert decays["blocks.0.mlp.w_gate"] and decays["blocks.0.mlp.router.kernel"]
+    assert not decays["blocks.0.mlp.router_bias"] and not decays["embed.embedding"]
+    expert = jnp.stack([jnp.full((3, 2), 1.0), jnp.full((3, 2), 5.0)])  # experts of very different norms
+    tx = hyperball(0.1)
+    state = tx.init({"w": expert})
+    updates, _ = tx.update({"w": jnp.ones_like(expert)}, state, {"w": expert})
+    moved = expert + updates["w"]
+    np.testing.assert_allclose(
+        np.linalg.norm(np.asarray(moved), axis=(1, 2)), [6**0.5, 5 * 6**0.5], rtol=1e-6
+    )
