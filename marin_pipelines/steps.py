@@ -41,6 +41,23 @@ CheckFn = Callable[[Artifact], tuple[bool, dict[str, Any]]]  # artifact -> (pass
 FUNNEL_CHECK = "funnel"  # the check of every document stage: documents in == out + removed
 
 
+def versioned_config(config: BaseModel) -> dict[str, Any]:
+    """The config as a step's version sees it: without the fields marked ``unversioned`` (where a run
+    computes, as ``TrainConfig.mesh``, not what), at any depth."""
+
+    def unversioned(model: BaseModel) -> dict[str, Any]:
+        spec: dict[str, Any] = {}
+        for name, info in type(model).model_fields.items():
+            value = getattr(model, name)
+            if isinstance(info.json_schema_extra, dict) and info.json_schema_extra.get("unversioned"):
+                spec[name] = True
+            elif isinstance(value, BaseModel) and (inner := unversioned(value)):
+                spec[name] = inner
+        return spec
+
+    return config.model_dump(mode="json", exclude=unversioned(config))
+
+
 class StepError(ValueError):
     """A step or an experiment that cannot be declared: the message names the step, field and place."""
 
@@ -222,7 +239,7 @@ class Step:
         payload: dict[str, Any] = {
             "stage": self.stage.name,
             "revision": self.stage.revision,
-            "config": self.config_json,
+            "config": versioned_config(self.config),
             "inputs": {name: step.version for name, step in sorted(self.inputs.items())},
         }
         if self.stage.fingerprint is not None:

@@ -39,6 +39,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--data", help="a tokenized_cache output: a folder or a gs:// URL")
     parser.add_argument("--out", help="checkpoint directory, a folder or a gs:// URL (resumed if present)")
     parser.add_argument("--steps", type=positive_int, help="override train.steps")
+    parser.add_argument(
+        "--warm-start",
+        metavar="DIR",
+        help="start from this training folder's (or URL's) latest checkpoint: every parameter and optimiser "
+        "leaf whose name and shape match (the model may differ: QK-norm added, more experts), the rest "
+        "initialised, the learning rate re-warmed by this run's schedule",
+    )
+    parser.add_argument(
+        "--fresh-optimizer", action="store_true", help="with --warm-start: parameters only, a fresh optimiser"
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.add_argument(
         "--num-processes",
@@ -117,7 +127,16 @@ def train_launch(args: argparse.Namespace) -> TrainLaunch:
             run = type(run).model_validate(run.model_dump())
         except ValidationError as e:
             raise ValueError(f"--steps {args.steps} with {args.config}: {describe(e, title='run')}") from None
-    return TrainLaunch(run=run, data=args.data, out=args.out, progress_bar=not args.quiet)
+    if args.fresh_optimizer and not args.warm_start:
+        raise ValueError("--fresh-optimizer is for a --warm-start run")
+    return TrainLaunch(
+        run=run,
+        data=args.data,
+        out=args.out,
+        progress_bar=not args.quiet,
+        warm_start=args.warm_start,
+        warm_start_optimizer=not args.fresh_optimizer,
+    )
 
 
 def train_process(launch: TrainLaunch) -> int:

@@ -463,6 +463,18 @@ def variant(of: Step, name: str, **changes: Any) -> Step:
     return step(name, of.stage, config, {**of.inputs, **caches})
 
 
+def warm_started(base: Step, name: str, *, optimizer: bool = True, **changes: Any) -> Step:
+    """``base``'s run continued as a new run from its final checkpoint, with ``changes`` (``variant``'s:
+    a model with QK-norm or more experts, more steps): every parameter of the same name and shape is loaded
+    and, with ``optimizer``, its optimiser state; the rest initialised; the learning rate re-warmed by the
+    new run's schedule (train/warm_start.py)."""
+    _expect(base, Step, "base", name)
+    if base.stage is not train_stages.checkpoint:
+        raise StepError(f"step {name!r} ({declared_at()}): base must be a training step, not {base.name}")
+    continued = variant(base, name, **changes, warm_start_optimizer=optimizer)
+    return step(name, continued.stage, continued.config_json, {**continued.inputs, "warm_start": base})
+
+
 def _merged(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
     out = dict(base)
     for key, value in changes.items():

@@ -22,7 +22,9 @@ that names it. Two recipes are registered in ``RECIPES``:
   * beta2 with a fixed EMA half-life in tokens, ``batch_tokens x ln 0.5 / ln beta2 = half_life_tokens``,
     clipped to [``min_beta2``, ``max_beta2``] (Delphi; Porian et al. 2024 and Marek et al. 2025: small
     batches need a larger beta2);
-  * WSD schedule, 10% warmup, 20% linear decay to 0 (Delphi), AdamW (``optimizer``: or adamh, muon).
+  * WSD schedule, 10% warmup, 20% linear decay to 0 (Delphi), AdamW (``optimizer``: or adamh, muon);
+  * dense, or with ``moe`` a mixture of experts on every shape: N is then the active non-embedding params
+    (a token's top_k experts), so the rule sizes an MoE by the compute a token costs, as dense.
 
   With ``optimizer="muon"`` the same rule sets the one learning rate and weight decay, for Muon's hidden
   matrices and for the AdamW that keeps the embedding, LM head and norms. It carries over because each Muon
@@ -49,6 +51,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from marin_pipelines.scaling.scaling_law import LadderConfig, LadderRun
 from marin_pipelines.train.model import MODEL_SIZES, LlamaConfig, preset
+from marin_pipelines.train.moe import MoEConfig
 from marin_pipelines.train.train_config import TrainConfig
 
 Optimizer = Literal["adamw", "adamh", "muon"]  # TrainConfig.optimizer
@@ -74,8 +77,8 @@ class RecipeRun(LadderRun):
 
     @property
     def params(self) -> int:
-        """Non-embedding parameters, the N of the scaling fits."""
-        return self.model.num_params(include_embeddings=False)
+        """Non-embedding parameters, the N of the scaling fits: active ones (an MoE's top_k experts)."""
+        return self.model.num_params(include_embeddings=False, active=True)
 
     @property
     def flops(self) -> float:
@@ -92,6 +95,7 @@ class RecipeRun(LadderRun):
             "flops": self.flops,
             "params": self.params,
             "total_params": m.num_params(),
+            "active_params": m.num_params(active=True),
             "tokens": self.tokens,
             "tokens_per_param": self.tokens_per_param,
             **m.model_dump(include={"d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff"}),
@@ -120,9 +124,9 @@ def _check_request(budget: float, params: float | None, tokens_per_param: float 
 
 
 def _size_key(model: LlamaConfig, by_ratio: bool) -> float:
-    """What a request pins, growing with the shape: non-embedding params N; or, aiming at r tokens per
-    param, N x flops_per_token, which equals budget / r exactly when the budget buys r x N tokens."""
-    n = model.num_params(include_embeddings=False)
+    """What a request pins, growing with the shape: non-embedding (active) params N; or, aiming at r tokens
+    per param, N x flops_per_token, which equals budget / r exactly when the budget buys r x N tokens."""
+    n = model.num_params(include_embeddings=False, active=True)
     return n * model.flops_per_token() if by_ratio else n
 
 
@@ -140,7 +144,7 @@ def _nearest(
     if target * SHAPE_TOLERANCE >= min(keys) and target <= max(keys) * SHAPE_TOLERANCE:
         return shapes[best]
     model = shapes[best]
-    n = model.num_params(include_embeddings=False)
+    n = model.num_params(include_embeddings=False, active=True)
     if ratio is None:
         ask, got = f"{params:.3g} params", f"{n} params"
     else:
@@ -179,6 +183,11 @@ class DelphiRecipe(BaseModel):
     ffn_ratio: float = Field(default=8 / 3, gt=0, description="SwiGLU d_ff / d_model (Llama)")
     ffn_multiple: int = Field(default=32, gt=0)
     qk_norm: bool = False
+    moe: MoEConfig | None = Field(
+        default=None,
+        description="mixture-of-experts MLPs on every shape (experts of the shape's d_ff unless moe.d_ff); "
+        "params and FLOPs count active parameters, so the rule sizes an MoE by what a token computes",
+    )
     # Batch and steps.
     target_steps: int = Field(
         default=256,
@@ -235,6 +244,7 @@ class DelphiRecipe(BaseModel):
             n_kv_heads=n_heads // self.kv_group if n_heads % self.kv_group == 0 else n_heads,
             d_ff=math.ceil(self.ffn_ratio * d_model / self.ffn_multiple) * self.ffn_multiple,
             qk_norm=self.qk_norm,
+            moe=self.moe,
         )
 
     def shapes(self, vocab_size: int, seq_len: int) -> list[LlamaConfig]:
@@ -309,7 +319,7 @@ class DelphiRecipe(BaseModel):
             train=train,
             recipe=self.name,
             tokens=tokens,
-            tokens_per_param=tokens / model.num_params(include_embeddings=False),
+            tokens_per_param=tokens / model.num_params(include_embeddings=False, active=True),
             optimizer=self.optimizer,
         )
 
@@ -357,7 +367,7 @@ class ConstantRecipe(BaseModel):
             **dict(rung),
             recipe=self.name,
             tokens=tokens,
-            tokens_per_param=tokens / model.num_params(include_embeddings=False),
+            tokens_per_param=tokens / model.num_params(include_embeddings=False, active=True),
             optimizer=rung.train.optimizer,
         )
 

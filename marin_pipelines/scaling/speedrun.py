@@ -33,6 +33,7 @@ from marin_pipelines.train.train_config import TrainConfig
 
 SUBMISSIONS_PACKAGE = "marin_pipelines.experiments.speedrun"
 SHAPE_FIELDS = ("d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff")
+ARCHITECTURE_FIELDS = ("qk_norm", "moe", "tie_embeddings")  # optional: LlamaConfig's defaults otherwise
 
 
 class Submission(BaseModel):
@@ -43,7 +44,10 @@ class Submission(BaseModel):
     name: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
     author: str = Field(min_length=1)
     description: str = Field(min_length=1)
-    model: dict[str, int] = Field(description=f"the shape: {', '.join(SHAPE_FIELDS)}")
+    model: dict[str, Any] = Field(
+        description=f"the shape: {', '.join(SHAPE_FIELDS)}; optionally {', '.join(ARCHITECTURE_FIELDS)} "
+        "(an MoE's budget is spent by its active parameters)"
+    )
     seq_len: int = Field(128, gt=0)
     train: dict[str, Any] = Field(
         default_factory=dict, description="TrainConfig fields but steps, warmup_steps"
@@ -53,9 +57,13 @@ class Submission(BaseModel):
 
     @field_validator("model")
     @classmethod
-    def _shape(cls, model: dict[str, int]) -> dict[str, int]:
-        if set(model) != set(SHAPE_FIELDS):
-            raise ValueError(f"model must give exactly {list(SHAPE_FIELDS)}, got {sorted(model)}")
+    def _shape(cls, model: dict[str, Any]) -> dict[str, Any]:
+        missing, unknown = set(SHAPE_FIELDS) - set(model), set(model) - {*SHAPE_FIELDS, *ARCHITECTURE_FIELDS}
+        if missing or unknown:
+            raise ValueError(
+                f"model must give {list(SHAPE_FIELDS)} and may give {list(ARCHITECTURE_FIELDS)}; "
+                f"missing {sorted(missing)}, unknown {sorted(unknown)}"
+            )
         return model
 
     @field_validator("train")
@@ -111,6 +119,7 @@ def submission_result(
         "budget": budget,
         "params": summary["params"],
         "non_embedding_params": summary["non_embedding_params"],
+        "active_params": summary.get("active_params", summary["params"]),
         "tokens": summary["tokens_seen"],
         "model_flops": summary["flops"],
         "hardware_flops": step_seconds * summary["peak_flops"],
@@ -162,10 +171,12 @@ def leaderboard_markdown(results: Sequence[dict[str, Any]]) -> str:
         ranked = sorted((r for r in results if r["budget"] == budget), key=lambda r: r["bits_per_byte"])
         for rank, r in enumerate(ranked, 1):
             star = " *" if (r["submission"], r["budget"]) in frontier else ""
+            active = r.get("active_params", r["params"])
+            params = f"{r['params']:,}" + (f" ({active:,} active)" if active != r["params"] else "")
             lines.append(
                 f"| {budget:.2g} | {rank} | {r['submission']}{star} | {r['author']} "
                 f"| {r['bits_per_byte']:.4f} "
-                f"| {r['params']:,} | {r['tokens']:,} | {r['model_flops']:.3g} | {r['hardware_flops']:.3g} "
+                f"| {params} | {r['tokens']:,} | {r['model_flops']:.3g} | {r['hardware_flops']:.3g} "
                 f"| {r['model_flops'] / r['hardware_flops']:.1%} | {r['wall_seconds']:.1f} "
                 f"| {r['hardware']} x{r['devices']} |"
             )

@@ -21,6 +21,7 @@ from marin_pipelines.tokenize.data_mixture import MixtureConfig
 from marin_pipelines.tokenize.tokenized_cache import TokenCache
 from marin_pipelines.train.launch_config import TrainLaunch
 from marin_pipelines.train.model import MODEL_SIZES, LlamaConfig, preset
+from marin_pipelines.train.moe import MoEConfig
 from marin_pipelines.train.run_config import RunConfig
 from marin_pipelines.train.train_config import LOSS_CURVE_FILE, TRAIN_FILE, TrainConfig
 
@@ -30,6 +31,8 @@ class ModelChoice(BaseModel):
 
     size: str = Field("micro", description="a name from MODEL_SIZES")
     seq_len: int = Field(128, ge=8)
+    qk_norm: bool = Field(False, description="RMSNorm on each head's queries and keys")
+    moe: MoEConfig | None = Field(None, description="mixture-of-experts MLPs (train/moe.py); None: dense")
 
     @field_validator("size")
     @classmethod
@@ -56,6 +59,11 @@ class TrainRunConfig(BaseModel):
         MixtureConfig(), description="token caches and their weights in every training batch, by stage"
     )
     target: dict[str, Any] | None = None
+    warm_start_optimizer: bool = Field(
+        True,
+        description="with a warm_start input (another checkpoint): load its optimiser state where it "
+        "matches, else start the optimiser fresh; its parameters are loaded either way (train/warm_start.py)",
+    )
 
     @field_validator("target")
     @classmethod
@@ -77,7 +85,10 @@ class TrainRunConfig(BaseModel):
         """The model and training of the run, for the cache's vocabulary."""
         size, seq_len = self.model.size, self.model.seq_len
         if self.target is None:
-            return preset(size, vocab_size, seq_len), self.train
+            shape = preset(size, vocab_size, seq_len).model_dump()
+            return LlamaConfig(**{**shape, **self.model.model_dump(include={"qk_norm", "moe"})}), self.train
+        if self.model.qk_norm or self.model.moe is not None:
+            raise InputError("a target run's shape is its recipe's: set qk_norm and moe in target.recipe")
         run = target_run(self.target, self.train)
         check_vocabulary(vocab_size, run.model)
         return run.model, run.train
@@ -167,11 +178,12 @@ def launch_training(
     mixture: MixtureConfig,
     model: LlamaConfig,
     config: TrainConfig,
+    **warm_start: Any,
 ) -> dict[str, Any]:
     """Train the run in ``run_dir`` (a path or URL) through the launcher (which resumes a run already begun
-    there); its summary."""
+    there); its summary. ``warm_start``: ``TrainLaunch``'s warm-start fields."""
     run = RunConfig(model=model.model_dump(), train=config, data=mixture)
-    launcher.train(TrainLaunch(run=run, data=cache.url, out=run_dir))
+    launcher.train(TrainLaunch(run=run, data=cache.url, out=run_dir, **warm_start))
     return json.loads(read_url(f"{run_dir}/{TRAIN_FILE}"))["summary"]
 
 
@@ -182,10 +194,11 @@ def run_training(
     mixture: MixtureConfig,
     model: LlamaConfig,
     config: TrainConfig,
+    **warm_start: Any,
 ) -> None:
     """Train in the output's work folder, which becomes the output; the run's summary (with
     ``resumed_from_step``), where each source's tokens came from and the loss curve become its metadata."""
-    out.metadata.update(launch_training(out.work, cache, launcher, mixture, model, config))
+    out.metadata.update(launch_training(out.work, cache, launcher, mixture, model, config, **warm_start))
     out.keep_work()
     out.metadata["data_sources"] = mixture.cache_urls(cache.url)
     out.metadata["plots"] = {"loss_curve": LOSS_CURVE_FILE}
@@ -209,11 +222,14 @@ def checkpoint(
     **caches: Artifact,
 ) -> None:
     """A Llama-style model trained with JAX / Flax NNX / Optax on the tokenized cache (and on the further
-    caches its mixture names as inputs: another experiment's text to cool down on)."""
+    caches its mixture names as inputs: another experiment's text to cool down on), dense or MoE; with a
+    ``warm_start`` input (another checkpoint) it starts from that run's weights, across a model change."""
+    base = caches.pop("warm_start", None)
     model, train = config.resolve(tokenized_cache.metadata["vocab_size"])
     mixture = mixture_of_inputs(ctx, config.data_mixture, caches)
     check_trainable(tokenized_cache, mixture, model, train)
-    run_training(out, tokenized_cache, ctx.launcher, mixture, model, train)
+    warm = {"warm_start": base.url, "warm_start_optimizer": config.warm_start_optimizer} if base else {}
+    run_training(out, tokenized_cache, ctx.launcher, mixture, model, train, **warm)
 
 
 _RUNG_KEYS: dict[str, list[str]] = {}  # config JSON -> rungs: planning takes 0.2 s, and it is asked often

@@ -153,6 +153,27 @@ class Checkpoints:
         )
         return unflatten(like, restored["params"])
 
+    def restore_flat(self, step: int) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+        """Parameters and training state of ``step`` by flat name, as saved (shapes from the checkpoint, not
+        from a model), on the default device: what a warm start picks from."""
+        device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+        metadata = self.manager.item_metadata(step)
+        abstract = {
+            item: {
+                name: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=device)
+                for name, leaf in metadata[item].items()
+            }
+            for item in ("params", "state")
+        }
+        restored = self.manager.restore(
+            step,
+            args=ocp.args.Composite(**{item: ocp.args.StandardRestore(a) for item, a in abstract.items()}),
+        )
+        return (
+            {name: np.asarray(leaf) for name, leaf in restored["params"].items()},
+            {name: np.asarray(leaf) for name, leaf in restored["state"].items()},
+        )
+
     def meta(self, step: int) -> dict[str, Any]:
         return self.manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
 

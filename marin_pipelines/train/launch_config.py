@@ -25,6 +25,13 @@ class TrainLaunch(TrainingLaunch):
 
     run: RunConfig
     data: str = Field(description="a tokenized_cache output: a folder or a gs:// URL")
+    warm_start: str | None = Field(
+        None,
+        description="a training folder (or URL) whose latest checkpoint the run starts from (warm_start.py)",
+    )
+    warm_start_optimizer: bool = Field(
+        True, description="with warm_start: load the base's optimiser state where it matches, else fresh"
+    )
 
 
 class SFTLaunch(TrainingLaunch):

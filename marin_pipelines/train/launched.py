@@ -13,7 +13,7 @@ from marin_pipelines.tokenize.tokenizer import TOKENIZER_FILE
 from marin_pipelines.train.distributed import is_primary
 from marin_pipelines.train.launch_config import TrainLaunch
 from marin_pipelines.train.model import LlamaConfig
-from marin_pipelines.train.run_inputs import check_inputs, given, text_sha256
+from marin_pipelines.train.run_inputs import base_identity, check_inputs, given, text_sha256
 from marin_pipelines.train.trainer import train
 
 Reporters = Callable[[LlamaConfig], Sequence[Callable[[dict[str, Any]], None]]]
@@ -38,7 +38,16 @@ def train_launched(launch: TrainLaunch, reporters: Reporters = lambda model: ())
     check_inputs(out, train_inputs(launch, cache, tokenizer, loader), record=is_primary())
     if is_primary():  # after the check: a refused rerun leaves the run's tokenizer as it was
         write_url(f"{out.rstrip('/')}/{TOKENIZER_FILE}", tokenizer)
-    summary = train(model, run.train, loader, out, progress=launch.progress_bar, on_step=reporters(model))
+    summary = train(
+        model,
+        run.train,
+        loader,
+        out,
+        progress=launch.progress_bar,
+        on_step=reporters(model),
+        warm_start=launch.warm_start,
+        warm_start_optimizer=launch.warm_start_optimizer,
+    )
     # what the loader reads from, mapped a few shards at a time (tokenized_cache.OPEN_MAPS)
     return {**summary, "train_shards": {name: len(c.train.shards) for name, c in loader.caches.items()}}
 
@@ -55,6 +64,8 @@ def train_inputs(
     for name, source in launch.run.data.sources.items():
         if source.cache:
             inputs[f"mixture.{name}"] = given(loader.caches[name].identity, source.cache)
+    if launch.warm_start is not None:
+        inputs["warm_start"] = given(base_identity(launch.warm_start), launch.warm_start)
     return inputs
 
 

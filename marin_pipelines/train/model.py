@@ -67,7 +67,7 @@ class LlamaConfig(BaseModel):
         for layer in range(self.n_layers):
             if self.is_moe_layer(layer):
                 assert self.moe is not None
-                total += attention + self.moe.layer_params(self)[active]
+                total += attention + self.moe.layer_params(self.d_model, self.d_ff)[active]
             else:
                 total += attention + 3 * d * self.d_ff  # w_gate, w_up, w_down
         return total
@@ -211,9 +211,19 @@ class Block(nnx.Module):
         self.mlp: SwiGLU | MoE
         if config.is_moe_layer(layer):
             assert config.moe is not None
-            width = config.moe.shared_experts * config.moe.expert_d_ff(config)
+            moe = config.moe
+            width = moe.shared_experts * moe.expert_d_ff(config.d_ff)
             shared = SwiGLU(config, rngs, d_ff=width) if width else None
-            self.mlp = MoE(config, rngs, std=INIT_STD, out_std=_out_std(config), shared=shared)
+            self.mlp = MoE(
+                moe,
+                config.d_model,
+                config.d_ff,
+                config.dtype,
+                rngs,
+                std=INIT_STD,
+                out_std=_out_std(config),
+                shared=shared,
+            )
         else:
             self.mlp = SwiGLU(config, rngs)
 

@@ -24,15 +24,12 @@ Tokens reach their experts in one of two ways:
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Literal, NamedTuple
+from typing import Literal, NamedTuple
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
 from pydantic import BaseModel, ConfigDict, Field, model_validator
-
-if TYPE_CHECKING:
-    from marin_pipelines.train.model import LlamaConfig
 
 
 class MoEConfig(BaseModel):
@@ -65,14 +62,14 @@ class MoEConfig(BaseModel):
             raise ValueError("give capacity_factor or dropless: true, not both (dropless has no capacity)")
         return self
 
-    def expert_d_ff(self, model: LlamaConfig) -> int:
-        return self.d_ff or model.d_ff
+    def expert_d_ff(self, model_d_ff: int) -> int:
+        return self.d_ff or model_d_ff
 
-    def layer_params(self, model: LlamaConfig) -> tuple[int, int]:
+    def layer_params(self, d_model: int, model_d_ff: int) -> tuple[int, int]:
         """(total, active) matmul parameters of one MoE layer: the router, routed and shared experts; a
         token passes through the router, ``top_k`` routed and every shared expert."""
-        expert = 3 * model.d_model * self.expert_d_ff(model)
-        router = model.d_model * self.experts
+        expert = 3 * d_model * self.expert_d_ff(model_d_ff)
+        router = d_model * self.experts
         return router + (self.experts + self.shared_experts) * expert, router + (
             self.top_k + self.shared_experts
         ) * expert
@@ -108,14 +105,22 @@ class MoE(nnx.Module):
     """Routed SwiGLU experts (weights ``[experts, d_in, d_out]``) plus optional shared ones."""
 
     def __init__(
-        self, config: LlamaConfig, rngs: nnx.Rngs, *, std: float, out_std: float, shared: nnx.Module | None
+        self,
+        moe: MoEConfig,
+        d_model: int,
+        d_ff: int,
+        dtype: str,
+        rngs: nnx.Rngs,
+        *,
+        std: float,
+        out_std: float,
+        shared: nnx.Module | None,
     ):
-        """Weights drawn as the dense MLP's (``std``; ``out_std`` for the projection back to the residual);
-        ``shared``: the shared experts' SwiGLU, or None."""
-        moe = config.moe
-        assert moe is not None
-        d, f = config.d_model, moe.expert_d_ff(config)
-        self.config = config
+        """Experts of width ``moe.expert_d_ff(d_ff)`` over ``d_model``, their matmuls in ``dtype``; weights
+        drawn as the dense MLP's (``std``; ``out_std`` for the projection back to the residual); ``shared``:
+        the shared experts' SwiGLU, or None."""
+        d, f = d_model, moe.expert_d_ff(d_ff)
+        self.moe, self.dtype = moe, dtype
         init = nnx.initializers.normal(std)
         self.router = nnx.Linear(d, moe.experts, use_bias=False, kernel_init=init, rngs=rngs)
         self.router_bias = RouterBias(jnp.zeros(moe.experts, jnp.float32))
@@ -125,8 +130,7 @@ class MoE(nnx.Module):
         self.shared = shared
 
     def __call__(self, x: jax.Array) -> tuple[jax.Array, RouterStats]:
-        moe, dtype = self.config.moe, self.config.dtype
-        assert moe is not None
+        moe, dtype = self.moe, self.dtype
         batch, seq_len, d = x.shape
         tokens = x.reshape(-1, d)
         n, k, experts = tokens.shape[0], moe.top_k, moe.experts
@@ -187,6 +191,19 @@ def _ragged_swiglu(x: jax.Array, weights: list[jax.Array], counts: jax.Array) ->
     group_sizes = counts.astype(jnp.int32)
     hidden = jax.nn.silu(jax.lax.ragged_dot(x, gate, group_sizes)) * jax.lax.ragged_dot(x, up, group_sizes)
     return jax.lax.ragged_dot(hidden, down, group_sizes)
+
+
+def expert_axis(name: str, ndim: int) -> int | None:
+    """The experts axis of an MoE leaf by its name (a parameter, or an optimiser leaf ending in one):
+    the expert weights' first, the router kernel's last, the balance bias's only; None for any other leaf."""
+    last = name.split(".")[-1]
+    if last in ("w_gate", "w_up", "w_down") and ndim == 3:
+        return 0
+    if name.endswith("router.kernel") and ndim == 2:
+        return 1
+    if last == "router_bias" and ndim == 1:
+        return 0
+    return None
 
 
 def router_loss(stats: dict[int, RouterStats], moe: MoEConfig) -> jax.Array:

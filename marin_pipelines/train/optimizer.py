@@ -188,6 +188,19 @@ def hyperball(
     return optax.GradientTransformation(init, update)
 
 
+def restart_schedule(opt_state: Any) -> Any:
+    """The optimiser state with its learning-rate schedule back at step 0 (a warm-started run re-warms),
+    every other leaf (moments, Adam's bias-correction count, AdamH's radii) as it was."""
+
+    def restart(node: Any) -> Any:
+        if isinstance(node, optax.ScaleByScheduleState | HyperballState):
+            return node._replace(count=jnp.zeros_like(node.count))
+        return node
+
+    schedules = (optax.ScaleByScheduleState, HyperballState)
+    return jax.tree.map(restart, opt_state, is_leaf=lambda node: isinstance(node, schedules))
+
+
 def make_optimizer(config: TrainConfig) -> optax.GradientTransformation:
     """``config.optimizer``: AdamW, Adam's update through ``hyperball`` (``weight_decay`` unused), or Muon
     with AdamW; the gradient's global norm clipped first."""

@@ -14,8 +14,10 @@ from collections.abc import Sequence
 from typing import Any
 
 import fsspec
+from upath import UPath
 
 from marin_pipelines.store import write_url
+from marin_pipelines.train.train_config import CHECKPOINTS_DIR, MODEL_FILE
 
 INPUTS_FILE = "inputs.json"
 
@@ -84,3 +86,14 @@ def _said(entry: dict[str, Any] | None) -> str:
         return "nothing"
     where = entry["from"] if isinstance(entry["from"], str) else ", ".join(entry["from"])
     return f"{where} (identity {entry['identity'][:16]})"
+
+
+def base_identity(base: str | UPath) -> str:
+    """A base run as a run starts from it (fine-tuning, a warm start): its model and the checkpoint steps it
+    holds (a base trained further is another base; a save in flight, not yet a step, changes nothing). Its
+    tokenizer is an input of its own."""
+    base = UPath(base)
+    checkpoints = base / CHECKPOINTS_DIR
+    found = checkpoints.iterdir() if checkpoints.exists() else []
+    steps = sorted(int(p.name) for p in found if p.name.isdigit())
+    return hashlib.sha256((base / MODEL_FILE).read_bytes() + json.dumps(steps).encode()).hexdigest()

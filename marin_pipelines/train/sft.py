@@ -9,7 +9,6 @@ and ``sft_data.json`` (conversations read, lines skipped by reason, examples cut
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -34,8 +33,8 @@ from marin_pipelines.tokenize.chat_data import (
 from marin_pipelines.tokenize.tokenizer import TOKENIZER_FILE
 from marin_pipelines.train.distributed import is_primary
 from marin_pipelines.train.model import LlamaConfig
-from marin_pipelines.train.run_inputs import check_inputs, files_sha256, given, text_sha256
-from marin_pipelines.train.train_config import CHAT_TEMPLATE_FILE, CHECKPOINTS_DIR, MODEL_FILE, TrainConfig
+from marin_pipelines.train.run_inputs import base_identity, check_inputs, files_sha256, given, text_sha256
+from marin_pipelines.train.train_config import CHAT_TEMPLATE_FILE, MODEL_FILE, TrainConfig
 from marin_pipelines.train.trainer import train
 
 log = logging.getLogger(__name__)
@@ -119,13 +118,3 @@ def sft(
         write_url(str(out / SFT_DATA_FILE), json.dumps(stats.as_dict(), indent=2))
     summary = train(model, config, batches, out, progress, on_step, packed=True, warm_start=base)
     return {**summary, "data": stats.as_dict()}
-
-
-def base_identity(base: UPath) -> str:
-    """The base run as SFT starts from it: its model and the checkpoint steps it holds (a base trained
-    further is another base; a save in flight, not yet a step, changes nothing). Its tokenizer is an input
-    of its own."""
-    checkpoints = base / CHECKPOINTS_DIR
-    found = checkpoints.iterdir() if checkpoints.exists() else []
-    steps = sorted(int(p.name) for p in found if p.name.isdigit())
-    return hashlib.sha256((base / MODEL_FILE).read_bytes() + json.dumps(steps).encode()).hexdigest()

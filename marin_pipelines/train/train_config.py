@@ -14,6 +14,30 @@ METRICS_FILE = "metrics.jsonl"  # one line per step
 LOSS_CURVE_FILE = "loss_curve.png"
 STARTED_FILE = "started.json"  # when the run first started, kept across resumes: what a forecast precedes
 CHAT_TEMPLATE_FILE = "chat_template.jinja"  # a fine-tuned run's chat template (export-hf ships it)
+# Where a run computes, not what it computes: a checkpoint resumes on another mesh, device count or process
+# count, with or without FSDP, and ``peak_flops`` only changes the MFU. Marked so, a field is left out of a
+# step's version (steps.versioned_config): the same run on another layout is the same output.
+LAYOUT = {"unversioned": True}
+
+
+class MeshConfig(BaseModel):
+    """``train.mesh``: how the devices split the model; the ``data`` axis takes the devices that remain
+    (train/sharding.py has the rules)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    model: int = Field(
+        default=1,
+        ge=1,
+        description="tensor parallelism (Megatron): devices that split each layer's attention heads and MLP "
+        "hidden width (d_ff), the batch replicated over them",
+    )
+    expert: int = Field(
+        default=1,
+        ge=1,
+        description="expert parallelism (GShard): devices that split each MoE layer's experts, each also "
+        "taking its share of the batch; 1 for a dense model",
+    )
 
 
 class TrainConfig(BaseModel):
@@ -53,9 +77,19 @@ class TrainConfig(BaseModel):
     checkpoint_every: int = Field(default=100, gt=0, description="steps between (asynchronous) checkpoints")
     keep_last: int = Field(default=2, gt=0, description="most recent checkpoints kept")
     keep_every: int | None = Field(default=None, gt=0, description="also keep every checkpoint at k x this")
-    fsdp: bool = Field(default=True, description="shard parameters and optimiser state over the devices")
+    fsdp: bool = Field(
+        default=True,
+        description="shard parameters and optimiser state over the mesh's data axis too",
+        json_schema_extra=LAYOUT,
+    )
+    mesh: MeshConfig = Field(
+        default=MeshConfig(), description="device mesh: data x expert x model", json_schema_extra=LAYOUT
+    )
     peak_flops: float | None = Field(
-        default=None, gt=0, description="peak FLOP/s per device, the MFU denominator; None: measure matmuls"
+        default=None,
+        gt=0,
+        description="peak FLOP/s per device, the MFU denominator; None: measure matmuls",
+        json_schema_extra=LAYOUT,
     )
     max_epochs: float | None = Field(
         default=None,
@@ -69,3 +103,8 @@ class TrainConfig(BaseModel):
         if self.warmup_steps > self.steps:
             raise ValueError(f"warmup_steps ({self.warmup_steps}) must not exceed steps ({self.steps})")
         return self
+
+
+LAYOUT_FIELDS = frozenset(
+    name for name, field in TrainConfig.model_fields.items() if field.json_schema_extra == LAYOUT
+)

@@ -3,12 +3,21 @@
 
 The step is functional (``nnx.split`` once, ``nnx.merge`` inside one ``jax.jit``): parameters,
 optimiser state, counters and the loss-spike window form one pytree, sharded over the device mesh
-(data parallel + FSDP) and saved by orbax every ``checkpoint_every`` steps. A run is a pure function
-of its config, its seed and its batches: rerun the same command after a crash and it resumes from the
-last checkpoint and ends with bit-identical parameters.
+(data, expert and model parallelism + FSDP: ``sharding``) and saved by orbax every ``checkpoint_every``
+steps. A run is a pure function of its config, its seed and its batches: rerun the same command after a
+crash and it resumes from the last checkpoint and ends with bit-identical parameters.
 
 A run may span several processes (hosts; see ``distributed``): each reads only its own rows of every
 global batch, every process takes part in each checkpoint, and process 0 alone writes the other files.
+
+A checkpoint resumes on another layout: other devices, processes, mesh, ``fsdp`` or ``peak_flops``
+(``LAYOUT_FIELDS``; any other change of config is refused). Orbax restores each array into the resuming
+run's shardings, and a step's batch depends on the step alone. The result is then equal within float
+tolerance, not bit-identical: the step's sums are reduced in another order (measured: losses within 3e-7
+relative over the 10 steps after a change, 4 -> 2 devices, data 2 x model 2 -> data 4, 2 processes -> 1;
+the tests allow 2e-3 per step and 2% on the final loss; like any change of reduction order the
+difference may grow over a long run). ``layouts`` in each checkpoint's meta and in the summary records
+the layout of every segment (the step it started from, processes, devices, mesh, ``fsdp``).
 
 A checkpoint directory (a local path or a ``gs://`` URL) holds ``checkpoints/`` (orbax steps),
 ``model.json``, ``train.json`` (config + summary), ``metrics.jsonl`` (one line per step) and
@@ -37,16 +46,23 @@ from tqdm.auto import tqdm
 from upath import UPath
 
 from marin_pipelines.store import is_local, write_url
-from marin_pipelines.train.checkpoint import Checkpoints, load_params, params_sha256
+from marin_pipelines.train.checkpoint import Checkpoints
 from marin_pipelines.train.distributed import is_primary
 from marin_pipelines.train.loss_curve import loss_curve_png
 from marin_pipelines.train.model import Llama, LlamaConfig
 from marin_pipelines.train.moe import MoEConfig, RouterStats, rebalance, router_loss, router_metrics
 from marin_pipelines.train.optimizer import learning_rate_schedule, make_optimizer
-from marin_pipelines.train.sharding import batch_sharding, data_mesh, process_rows, state_shardings
+from marin_pipelines.train.sharding import (
+    batch_sharding,
+    check_layout,
+    data_mesh,
+    process_rows,
+    state_shardings,
+)
 from marin_pipelines.train.throughput import measure_matmul_peak
 from marin_pipelines.train.train_config import (
     CHECKPOINTS_DIR,
+    LAYOUT_FIELDS,
     LOSS_CURVE_FILE,
     METRICS_FILE,
     MODEL_FILE,
@@ -54,6 +70,7 @@ from marin_pipelines.train.train_config import (
     TRAIN_FILE,
     TrainConfig,
 )
+from marin_pipelines.train.warm_start import warm_state
 
 logger = logging.getLogger(__name__)
 REFRESH = 0.5 if sys.stderr.isatty() else 30.0  # seconds between progress lines; logs are not terminals
@@ -210,14 +227,15 @@ def _local_rows(
     return _check_batch(batches(step), f"batch_fn({step})", shape, vocab_size)[rows]
 
 
-def _warm_start(model: Llama, config: LlamaConfig, base: str | os.PathLike[str]) -> dict[str, Any]:
-    """Load the base run's latest parameters into ``model``; what the run records of its base."""
-    _, params, base_config, step = load_params(base)
-    if base_config != config:
-        differ = sorted(k for k, v in config.model_dump().items() if base_config.model_dump().get(k) != v)
-        raise ValueError(f"the base run {base} has another model (fields {differ})")
-    nnx.update(model, params)
-    return {"dir": str(base), "step": step, "params_sha256": params_sha256(params)}
+def _layout(mesh: jax.sharding.Mesh, config: TrainConfig, start: int) -> dict[str, Any]:
+    """Where the segment of a run from step ``start`` computes; a resumed run may compute elsewhere."""
+    return {
+        "from_step": start,
+        "processes": jax.process_count(),
+        "devices": mesh.size,
+        "mesh": dict(mesh.shape),
+        "fsdp": config.fsdp,
+    }
 
 
 def _first_start(out_dir: UPath, resuming: bool) -> str | None:
@@ -247,11 +265,13 @@ def _metrics_before(path: UPath, step: int) -> list[dict[str, Any]]:
 
 
 def _check_resumable(found: dict[str, Any], expected: dict[str, Any], where: UPath) -> None:
-    """A checkpoint is only resumed by the run that wrote it (``steps`` may grow: extending a run)."""
-    for section in expected.keys() | found.keys():
+    """A checkpoint is only resumed by the run that wrote it (``steps`` may grow: extending a run), on any
+    layout (``LAYOUT_FIELDS``, devices, processes): ``layouts`` records each segment's."""
+    resumable = {"steps", *LAYOUT_FIELDS}
+    for section in (expected.keys() | found.keys()) - {"layouts"}:
         mine, theirs = expected.get(section, {}), found.get(section, {})
         differ = sorted(
-            k for k in mine.keys() | theirs.keys() if k != "steps" and mine.get(k) != theirs.get(k)
+            k for k in mine.keys() | theirs.keys() if k not in resumable and mine.get(k) != theirs.get(k)
         )
         if differ:
             raise ValueError(
@@ -269,31 +289,29 @@ def train(
     on_step: Sequence[Callable[[dict[str, Any]], None]] = (),
     packed: bool = False,
     warm_start: str | os.PathLike[str] | None = None,
+    warm_start_optimizer: bool = False,
 ) -> dict[str, Any]:
     """Train into ``out_dir`` (a path or URL), resuming from its last checkpoint if it has one.
 
     ``batch_fn(step)`` returns ints of shape (batch_size, seq_len + 1); inputs are ``batch[:, :-1]``,
     targets ``batch[:, 1:]``. With ``packed`` (supervised fine-tuning) it returns (batch_size, 3,
     seq_len + 1): tokens, segment ids and the assistant mask of packed chat examples (``packed_loss``).
-    ``warm_start`` is a training directory whose latest parameters the run starts from, with a fresh
-    optimiser and its own schedule; its checkpoints take over once it has some. A ``BatchRows`` source is
-    asked for this process's rows only; a plain function's batch is sliced. Bad updates (non-finite, or a
-    loss spike) are skipped and counted; more than ``max_consecutive_skips`` in a row raise RuntimeError.
+    ``warm_start`` is a training directory whose latest checkpoint the run starts from: every parameter of
+    the same name and shape (and with ``warm_start_optimizer`` every optimiser leaf), the rest initialised,
+    the schedule its own (``warm_start.py``); its own checkpoints take over once it has some. A
+    ``BatchRows`` source is asked for this process's rows only; a plain function's batch is sliced. Bad
+    updates (non-finite, or a loss spike) are skipped and counted; more than ``max_consecutive_skips`` in
+    a row raise RuntimeError.
     ``on_step`` callbacks get each step's metrics record. Returns the summary that process 0 also writes
     to ``train.json`` (with ``started_at``, the first start, which process 0 records in ``started.json``).
     """
     out_dir = UPath(out_dir)
     primary = is_primary()
-    mesh = data_mesh()
-    if config.batch_size % mesh.size:
-        raise ValueError(
-            f"batch_size ({config.batch_size}) must be a multiple of the device count ({mesh.size})"
-        )
+    check_layout(config, model_config, jax.device_count())
+    mesh = data_mesh(config.mesh)
     model = Llama(model_config, nnx.Rngs(config.seed))
     graphdef = nnx.graphdef(model)
     meta = {"model": model_config.model_dump(), "train": config.model_dump()}
-    if warm_start is not None:
-        meta["warm_start"] = _warm_start(model, model_config, warm_start)
     tx = make_optimizer(config)
     state = _initial_state(model, tx, config)
     shardings = state_shardings(state, mesh, config.fsdp)
@@ -319,12 +337,23 @@ def train(
     with Checkpoints(out_dir / CHECKPOINTS_DIR, config.keep_last, config.keep_every) as checkpoints:
         start = checkpoints.latest_step() or 0
         if start:
-            _check_resumable(checkpoints.meta(start), meta, out_dir)
+            saved = checkpoints.meta(start)
+            if warm_start is not None:  # what it started from is recorded; the base is not read again
+                meta["warm_start"] = saved.get("warm_start", {"dir": str(warm_start)})
+            _check_resumable(saved, meta, out_dir)
             state = checkpoints.restore(start, state, shardings)
             if primary:
                 logger.info("resuming from the checkpoint of step %d in %s", start, out_dir)
         else:
+            if warm_start is not None:
+                state, meta["warm_start"] = warm_state(
+                    state, warm_start, warm_start_optimizer, config.optimizer
+                )
+                if primary:
+                    logger.info("warm start from step %(step)d of %(dir)s", meta["warm_start"])
             state = jax.device_put(state, shardings)
+        layouts = checkpoints.meta(start).get("layouts", []) if start else []  # the earlier segments'
+        meta["layouts"] = [*layouts, _layout(mesh, config, start)]
         started_at = _first_start(out_dir, resuming=start > 0) if primary else None
         metrics = _metrics_before(metrics_path, start)
         if len(metrics) != start:
@@ -391,12 +420,16 @@ def train(
         "flops": flops_per_token * tokens_per_step * config.steps,
         "processes": jax.process_count(),
         "devices": mesh.size,
+        "mesh": dict(mesh.shape),
+        "layouts": meta["layouts"],
         "hardware": f"{mesh.devices.flat[0].platform}: {mesh.devices.flat[0].device_kind}",
         "wall_seconds": wall_seconds,
         "tokens_per_s": tokens_per_s,
         "peak_flops": peak_flops,
         "mfu": tokens_per_s * flops_per_token / peak_flops,
     }
+    if "warm_start" in meta:
+        summary["warm_start"] = meta["warm_start"]
     if started_at is not None:  # known to process 0, unless the run began before the record existed
         summary["started_at"] = started_at
     if primary:

@@ -11,6 +11,7 @@ from marin_pipelines.experiments.defaults import (
     speedrun,
     tokenizer_and_cache,
     train,
+    variant,
 )
 from marin_pipelines.steps import Step, StepError, topological
 
@@ -156,3 +157,12 @@ def test_invalid_config_names_the_field(declare, named):
     assert all(part in message for part in named), message
     assert "tests/unit/test_experiment.py:" in message  # where it was declared
     assert "Traceback" not in message
+
+
+def test_where_a_run_computes_is_not_part_of_its_version():
+    """The mesh, FSDP and the MFU's peak say where a run computes: the same run on another layout is the same
+    output (and resumes in the same work folder); what it computes still forks the version."""
+    run = demo.target.checkpoint
+    moved = variant(run, run.name, train={"mesh": {"model": 2}, "fsdp": False, "peak_flops": 1e12})
+    assert moved.config.train.mesh.model == 2 and moved.version == run.version
+    assert variant(run, run.name, train={"seed": 1}).version != run.version

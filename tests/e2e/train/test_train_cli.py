@@ -25,6 +25,11 @@ def run_config(size: str, steps: int, warmup_steps: int, checkpoint_every: int, 
 
 
 CONFIG = run_config("nano", steps=120, warmup_steps=10, checkpoint_every=10, log_every=50)
+# what the SIGKILL test trains: a mixture of experts stepped by Muon (dense AdamW resumes are the unit tests')
+MOE_MUON = {
+    "model": {**CONFIG["model"], "moe": {"experts": 4, "top_k": 2}},
+    "train": {**CONFIG["train"], "optimizer": "muon"},
+}
 ENV = {**os.environ, "WANDB_MODE": "disabled", "JAX_PLATFORMS": "cpu"}
 
 
@@ -61,7 +66,10 @@ def config_file(tmp_path):
     return path
 
 
-def test_sigkill_then_the_same_command_ends_bit_identical(config_file, token_cache, tmp_path, capsys):
+def test_sigkill_then_the_same_command_ends_bit_identical(token_cache, tmp_path, capsys):
+    """An MoE + Muon run killed between checkpoints ends, rerun, with the uninterrupted run's parameters."""
+    config_file = tmp_path / "moe_muon.yaml"
+    config_file.write_text(yaml.safe_dump(MOE_MUON))
     full, killed = tmp_path / "full", tmp_path / "killed"
     subprocess.run(train_command(config_file, token_cache, full), env=ENV, check=True, capture_output=True)
 
@@ -85,7 +93,38 @@ def test_sigkill_then_the_same_command_ends_bit_identical(config_file, token_cac
     assert reference["step"] == resumed["step"] == CONFIG["train"]["steps"]
     assert reference["sha256"] == resumed["sha256"]
     assert reference["params"] == resumed["params"] == summary["params"]
+    assert resumed["active_params"] == summary["active_params"] < resumed["params"]  # top 2 of 4 experts
+    assert resumed["model"]["moe"]["experts"] == 4 and summary["flops_per_token"] > 0
     assert resumed["checkpoints"] == [110, 120]
+    metrics = [json.loads(line) for line in (killed / "metrics.jsonl").read_text().splitlines()]
+    assert len(metrics) == 120 and all("moe_load_max_over_mean" in m for m in metrics)
+
+
+def test_warm_start_adds_qk_norm_to_a_finished_run_and_records_its_base(
+    config_file, token_cache, tmp_path, capsys
+):
+    short = {**CONFIG, "train": {**CONFIG["train"], "steps": 6, "warmup_steps": 1, "checkpoint_every": 6}}
+    base_config, qk_config = tmp_path / "base.yaml", tmp_path / "qk.yaml"
+    base_config.write_text(yaml.safe_dump(short))
+    qk_config.write_text(yaml.safe_dump({**short, "model": {**short["model"], "qk_norm": True}}))
+    data = ["--data", str(token_cache), "--quiet"]
+    for name, steps in (("base", None), ("other", "5")):  # the same run to another step: another base
+        more = ["--steps", steps] if steps else []
+        assert main(["train", "--config", str(base_config), *data, "--out", str(tmp_path / name), *more]) == 0
+    warm = ["train", "--config", str(qk_config), *data, "--out", str(tmp_path / "qk")]
+    assert main([*warm, "--warm-start", str(tmp_path / "base")]) == 0
+    capsys.readouterr()
+    record = json.loads((tmp_path / "qk" / "train.json").read_text())["summary"]["warm_start"]
+    assert record["dir"] == str(tmp_path / "base") and record["step"] == 6
+    assert record["params_sha256"] == checkpoint_info(tmp_path / "base", capsys)["sha256"]
+    assert record["new"] == [f"blocks.{i}.attn.{n}.scale" for i in range(4) for n in ("k_norm", "q_norm")]
+    assert record["dropped"] == [] and record["optimizer"]["loaded"] > 0
+    capsys.readouterr()
+    # the run folder was made from that base: another one is refused, naming it
+    assert main([*warm, "--warm-start", str(tmp_path / "other")]) == 2
+    assert "warm_start" in capsys.readouterr().err
+    assert main([*warm, "--fresh-optimizer"]) == 2
+    assert "--fresh-optimizer is for a --warm-start run" in capsys.readouterr().err
 
 
 def test_train_command_errors_name_the_field(config_file, token_cache, tmp_path, capsys):

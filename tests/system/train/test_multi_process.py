@@ -1,7 +1,9 @@
 """A run over two processes (real jax.distributed: CPU devices, gloo collectives): reproducible, equal to
-one process with two devices, and resumed bit-identically after one of its processes is SIGKILLed."""
+one process with two devices, resumed bit-identically after one of its processes is SIGKILLed, and resumed
+by one process."""
 
 import json
+import shutil
 import signal
 import subprocess
 import time
@@ -122,3 +124,19 @@ def test_sigkill_of_one_process_fails_the_group_and_a_restart_resumes_bit_identi
     assert final_sha256(killed) == final_sha256(two_processes[0])
     assert losses(killed) == losses(two_processes[0])
     assert summary["processes"] == 2 and summary["devices"] == 2
+
+
+def test_a_two_process_checkpoint_resumes_on_one_process(two_processes, config_file, token_cache, tmp_path):
+    """Another layout: the folder as a crash after the checkpoint of step 16 would leave it goes on in one
+    process with one device, within float reduction order of the uninterrupted two-process run."""
+    uninterrupted, reference = two_processes
+    resumed = tmp_path / "resumed"
+    shutil.copytree(uninterrupted, resumed)
+    shutil.rmtree(resumed / "checkpoints" / str(STEPS))
+    summary = train_group(config_file, token_cache, resumed, processes=1)
+    assert summary["resumed_from_step"] == STEPS - 4
+    assert summary["processes"] == 1 and summary["devices"] == 1
+    segments = [(s["from_step"], s["processes"], s["devices"]) for s in summary["layouts"]]
+    assert segments == [(0, 2, 2), (STEPS - 4, 1, 1)]
+    assert summary["final_loss"] == pytest.approx(reference["final_loss"], rel=0.02)
+    np.testing.assert_allclose(losses(resumed), losses(uninterrupted), rtol=2e-3)

@@ -72,7 +72,7 @@ def test_shipped_submissions_are_found_and_valid():
 @pytest.mark.parametrize(
     ("update", "field"),
     [
-        ({"model": {"d_model": 64}}, "model must give exactly"),
+        ({"model": {"d_model": 64}}, "missing \\['d_ff', 'n_heads'"),
         ({"train": {"steps": 5}}, "follow from the budget"),
         ({"train": {"learning_rat": 1e-3}}, "learning_rat"),
         ({"budgets": [-1.0]}, "budgets must be positive"),

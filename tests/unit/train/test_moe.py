@@ -31,13 +31,13 @@ def layer(**moe) -> MoE:
     shared = None
     if cfg.moe.shared_experts:
         shared = SwiGLU(cfg, nnx.Rngs(1), d_ff=cfg.moe.shared_experts * F)
-    return MoE(cfg, nnx.Rngs(0), std=0.3, out_std=0.3, shared=shared)
+    return MoE(cfg.moe, D, F, "float32", nnx.Rngs(0), std=0.3, out_std=0.3, shared=shared)
 
 
 def reference(moe: MoE, x: np.ndarray, capacity: int | None) -> np.ndarray:
     """Token by token: each chosen expert's SwiGLU times its gate, assignments past an expert's capacity
     (first choices of all tokens first, then second choices, each in token order) left out."""
-    cfg = moe.config.moe
+    cfg = moe.moe
     tokens = np.asarray(x, np.float64).reshape(-1, D)
     probs = np.asarray(jax.nn.softmax(tokens @ np.asarray(moe.router.kernel[...], np.float64), -1))
     chosen = np.argsort(-(probs + np.asarray(moe.router_bias[...])), axis=-1, kind="stable")[:, : cfg.top_k]

@@ -1,0 +1,111 @@
+"""Starting a run from another run's checkpoint, across an architecture change ("no FLOP left behind").
+
+A run that spiked gets QK-norm; an MoE gets more experts; a base is fine-tuned. The new run builds its own
+model and optimiser state, then takes from the base's latest checkpoint every parameter whose name and
+shape match, and, when asked, every optimiser leaf (Adam's moments and their bias-correction count, Muon's
+momentum, AdamH's radii) whose name and shape match: the optimisers must then be the same kind. What the
+base lacks (QK-norm's scales) keeps its initialisation and fresh moments; what the new model lacks is
+dropped. The learning-rate schedule always restarts (``optimizer.restart_schedule``): the run re-warms.
+
+Experts may be added: an MoE weight whose expert axis grew takes the base's experts first and initialises
+the rest (the router's new columns too). Any other shape change is an error naming the parameter.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import jax
+import numpy as np
+from upath import UPath
+
+from marin_pipelines.train.checkpoint import Checkpoints, flatten, params_sha256, unflatten
+from marin_pipelines.train.moe import expert_axis
+from marin_pipelines.train.optimizer import restart_schedule
+from marin_pipelines.train.train_config import CHECKPOINTS_DIR, MODEL_FILE
+
+OPTIMIZER = "opt_state"  # the optimiser's leaves in a checkpoint's training state
+
+
+def read_base(
+    base: str | os.PathLike[str],
+) -> tuple[int, dict[str, Any], dict[str, np.ndarray], dict[str, Any]]:
+    """The base's latest checkpoint: its step, flat parameters, flat training state (optimiser included)
+    and the configs that wrote it."""
+    base = UPath(base)
+    if not (base / MODEL_FILE).is_file() or not (base / CHECKPOINTS_DIR).is_dir():
+        raise FileNotFoundError(
+            f"warm start: not a training directory (no {MODEL_FILE} and checkpoints/): {base}"
+        )
+    with Checkpoints(base / CHECKPOINTS_DIR) as checkpoints:
+        step = checkpoints.latest_step()
+        if step is None:
+            raise FileNotFoundError(f"warm start: no complete checkpoint in {base}")
+        params, state = checkpoints.restore_flat(step)
+        return step, params, state, checkpoints.meta(step)
+
+
+def _take(name: str, mine: np.ndarray, theirs: np.ndarray, where: str) -> tuple[np.ndarray, bool]:
+    """The base's value for a leaf of this run, and whether it was widened (more experts)."""
+    if mine.shape == theirs.shape:
+        return np.asarray(theirs, mine.dtype), False
+    axis = expert_axis(name, mine.ndim)
+    grown = (
+        [a for a in range(mine.ndim) if mine.shape[a] != theirs.shape[a]] if mine.ndim == theirs.ndim else []
+    )
+    if axis is None or grown != [axis] or mine.shape[axis] < theirs.shape[axis]:
+        raise ValueError(
+            f"warm start from {where}: {name} has shape {list(theirs.shape)} in the base and "
+            f"{list(mine.shape)} here; a parameter that changes shape cannot be loaded (only an MoE layer's "
+            "experts may grow)"
+        )
+    widened = np.array(mine)
+    widened[(slice(None),) * axis + (slice(0, theirs.shape[axis]),)] = theirs
+    return widened, True
+
+
+def _merge(
+    mine: dict[str, Any], theirs: dict[str, Any], where: str
+) -> tuple[dict[str, Any], dict[str, list]]:
+    """``mine`` with every leaf the base has by the same name taken from it; the names loaded, widened, new
+    (kept as initialised) and dropped (the base's, unused)."""
+    merged, report = (
+        dict(mine),
+        {"loaded": [], "widened": [], "new": [], "dropped": sorted(theirs.keys() - mine.keys())},
+    )
+    for name, leaf in mine.items():
+        if name not in theirs:
+            report["new"].append(name)
+            continue
+        merged[name], widened = _take(name, np.asarray(leaf), theirs[name], where)
+        report["widened" if widened else "loaded"].append(name)
+    return merged, report
+
+
+def warm_state(
+    state: dict[str, Any], base: str | os.PathLike[str], optimizer: bool, optimizer_name: str
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``state`` (a fresh run's, on the host) with the base's matching parameters and, with ``optimizer``,
+    its matching optimiser leaves; the schedule restarted. Returns it and the record of the warm start."""
+    step, base_params, base_state, meta = read_base(base)
+    params, report = _merge(flatten(state["params"]), base_params, str(base))
+    record: dict[str, Any] = {"dir": str(base), "step": step, "params_sha256": params_sha256(base_params)}
+    record |= {key: report[key] for key in ("loaded", "widened", "new", "dropped")}
+    opt_state = state["opt_state"]
+    if optimizer:
+        theirs = meta.get("train", {}).get("optimizer", "adamw")
+        if theirs != optimizer_name:
+            raise ValueError(
+                f"warm start from {base}: the base trained with {theirs} and this run uses "
+                f"{optimizer_name}; an optimiser's state loads only into the same optimiser (start with a "
+                "fresh optimiser instead)"
+            )
+        base_optimizer = {k: v for k, v in base_state.items() if k.split(".")[0] == OPTIMIZER}
+        merged, opt_report = _merge(flatten({OPTIMIZER: opt_state}), base_optimizer, str(base))
+        opt_state = unflatten({OPTIMIZER: opt_state}, merged)[OPTIMIZER]
+        record["optimizer"] = {key: len(names) for key, names in opt_report.items()}
+    else:
+        record["optimizer"] = "fresh"
+    warmed = {**state, "params": unflatten(state["params"], params), "opt_state": restart_schedule(opt_state)}
+    return jax.tree.map(np.asarray, warmed), record

@@ -1,0 +1,139 @@
+"""Warm starts across an architecture change: QK-norm added to a running model with its optimiser state kept,
+experts added to an MoE, the load lists, the re-warmed schedule, the errors, and an exact resume."""
+
+import json
+
+import numpy as np
+import pytest
+from flax import nnx
+
+from marin_pipelines.train.checkpoint import Checkpoints, flatten, load_params, params_sha256
+from marin_pipelines.train.model import Llama, LlamaConfig
+from marin_pipelines.train.moe import MoEConfig
+from marin_pipelines.train.optimizer import make_optimizer
+from marin_pipelines.train.train_config import TrainConfig
+from marin_pipelines.train.trainer import _initial_state, train
+from marin_pipelines.train.warm_start import warm_state
+
+MODEL = LlamaConfig(vocab_size=32, seq_len=16, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=64)
+RUN = TrainConfig(
+    steps=20, batch_size=8, learning_rate=1e-2, warmup_steps=2, checkpoint_every=10, peak_flops=1e10
+)
+PATTERN = np.array([3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7])
+
+
+def batches(step: int) -> np.ndarray:
+    offsets = np.random.default_rng(step).integers(0, len(PATTERN), RUN.batch_size)
+    return np.stack([np.resize(np.roll(PATTERN, -o), MODEL.seq_len + 1) for o in offsets])
+
+
+def metrics(out) -> list[dict]:
+    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory):
+    out = tmp_path_factory.mktemp("base")
+    train(MODEL, RUN, batches, out, progress=False)
+    return out
+
+
+def saved(out) -> tuple[dict, dict]:
+    with Checkpoints(out / "checkpoints") as checkpoints:
+        return checkpoints.restore_flat(checkpoints.latest_step())
+
+
+def test_qk_norm_warm_start_keeps_every_matching_weight_and_moment_and_rewarms(base, tmp_path):
+    qk = MODEL.model_copy(update={"qk_norm": True})
+    fresh = _initial_state(Llama(qk, nnx.Rngs(0)), make_optimizer(RUN), RUN)
+    state, record = warm_state(fresh, base, optimizer=True, optimizer_name="adamw")
+    base_params, base_state = saved(base)
+    assert record["dir"] == str(base) and record["step"] == 20
+    assert record["params_sha256"] == params_sha256(base_params)
+    assert record["new"] == [f"blocks.{i}.attn.{n}.scale" for i in range(2) for n in ("k_norm", "q_norm")]
+    assert sorted(record["loaded"]) == sorted(base_params) and record["dropped"] == record["widened"] == []
+    assert record["optimizer"]["loaded"] > 2 * len(base_params) and record["optimizer"]["dropped"] == 0
+    params, opt_state = flatten(state["params"]), flatten({"opt_state": state["opt_state"]})
+    for name, value in base_params.items():
+        np.testing.assert_array_equal(params[name], value)
+    np.testing.assert_array_equal(params["blocks.0.attn.q_norm.scale"], 1.0)  # new: as initialised
+    for moment in ("mu", "nu"):
+        name = f"opt_state.1.0.{moment}.blocks.0.attn.wq.kernel"
+        np.testing.assert_array_equal(opt_state[name], base_state[name])
+        np.testing.assert_array_equal(opt_state[f"opt_state.1.0.{moment}.blocks.0.attn.q_norm.scale"], 0.0)
+    assert (
+        base_state["opt_state.1.0.count"] == 20 and opt_state["opt_state.1.0.count"] == 20
+    )  # bias correction
+    assert (
+        base_state["opt_state.1.2.count"] == 20 and opt_state["opt_state.1.2.count"] == 0
+    )  # schedule restarts
+
+    continued = RUN.model_copy(update={"steps": 2})
+    summary = train(
+        qk, continued, batches, tmp_path, progress=False, warm_start=base, warm_start_optimizer=True
+    )
+    assert summary["warm_start"] == record
+    # the model continues where the base was, far below a fresh start
+    assert metrics(tmp_path)[0]["loss"] < 0.5 * metrics(base)[0]["loss"]
+
+
+def test_more_experts_take_the_base_experts_first(tmp_path):
+    two = MODEL.model_copy(update={"moe": MoEConfig(experts=2, top_k=1, dropless=True)})
+    four = MODEL.model_copy(update={"moe": MoEConfig(experts=4, top_k=1, dropless=True)})
+    train(two, RUN.model_copy(update={"steps": 4}), batches, tmp_path / "two", progress=False)
+    still = RUN.model_copy(update={"steps": 1, "warmup_steps": 1, "learning_rate": 1e-9})
+    summary = train(four, still, batches, tmp_path / "four", progress=False, warm_start=tmp_path / "two")
+    record = summary["warm_start"]
+    assert {"blocks.0.mlp.w_gate", "blocks.0.mlp.router.kernel", "blocks.1.mlp.router_bias"} <= set(
+        record["widened"]
+    )
+    assert record["optimizer"] == "fresh" and record["new"] == record["dropped"] == []
+    base, grown = saved(tmp_path / "two")[0], saved(tmp_path / "four")[0]
+    assert grown["blocks.0.mlp.w_gate"].shape == (4, 32, 64)
+    np.testing.assert_allclose(grown["blocks.0.mlp.w_gate"][:2], base["blocks.0.mlp.w_gate"], atol=1e-6)
+    np.testing.assert_allclose(
+        grown["blocks.0.mlp.router.kernel"][:, :2], base["blocks.0.mlp.router.kernel"], atol=1e-6
+    )
+    new_experts = grown["blocks.0.mlp.w_gate"][2:]
+    assert 0.01 < new_experts.std() < 0.03  # initialised (std 0.02), not copied, not zero
+
+
+def test_a_parameter_that_changes_shape_is_named(base, tmp_path):
+    wider = MODEL.model_copy(update={"d_ff": 96})
+    with pytest.raises(ValueError, match=r"blocks\.0\.mlp\.w_down\.kernel has shape \[64, 32\] in the base"):
+        train(wider, RUN, batches, tmp_path, progress=False, warm_start=base)
+
+
+def test_optimizer_state_loads_only_into_the_same_optimizer(base, tmp_path):
+    muon = RUN.model_copy(update={"optimizer": "muon", "steps": 2, "warmup_steps": 1})
+    with pytest.raises(ValueError, match="the base trained with adamw and this run uses muon"):
+        train(
+            MODEL,
+            muon,
+            batches,
+            tmp_path / "kept",
+            progress=False,
+            warm_start=base,
+            warm_start_optimizer=True,
+        )
+    summary = train(MODEL, muon, batches, tmp_path / "fresh", progress=False, warm_start=base)
+    assert summary["warm_start"]["optimizer"] == "fresh" and summary["warm_start"]["new"] == []
+
+
+def test_a_warm_started_run_resumes_bit_identically(base, tmp_path):
+    qk = MODEL.model_copy(update={"qk_norm": True})
+
+    def crashing(step: int) -> np.ndarray:
+        if step == 15:
+            raise KeyboardInterrupt
+        return batches(step)
+
+    kwargs = dict(progress=False, warm_start=base, warm_start_optimizer=True)
+    whole = train(qk, RUN, batches, tmp_path / "whole", **kwargs)
+    with pytest.raises(KeyboardInterrupt):
+        train(qk, RUN, crashing, tmp_path / "resumed", **kwargs)
+    resumed = train(qk, RUN, batches, tmp_path / "resumed", **kwargs)
+    assert resumed["resumed_from_step"] == 10 and resumed["warm_start"] == whole["warm_start"]
+    final = [params_sha256(load_params(tmp_path / name)[1]) for name in ("whole", "resumed")]
+    assert final[0] == final[1]
+    assert [m["lr"] for m in metrics(tmp_path / "whole")][:2] == pytest.approx([5e-3, 1e-2])  # re-warmed
