@@ -16,6 +16,7 @@ import jax.numpy as jnp
 from flax import nnx
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from marin_pipelines.train.fp8 import fp8_dot_general
 from marin_pipelines.train.moe import MoE, MoEConfig, RouterStats
 
 INIT_STD = 0.02
@@ -41,6 +42,11 @@ class LlamaConfig(BaseModel):
     norm_eps: float = Field(default=1e-5, gt=0)
     dtype: Literal["float32", "bfloat16"] = Field(default="float32", description="compute dtype of matmuls")
     moe: MoEConfig | None = Field(default=None, description="mixture-of-experts MLPs (moe.py); None: dense")
+    fp8: bool = Field(
+        default=False,
+        description="FP8 matmuls with current scaling in the blocks' dense projections (fp8.py): GPUs with "
+        "FP8 tensor cores only",
+    )
 
     @model_validator(mode="after")
     def _check_heads(self) -> LlamaConfig:
@@ -119,9 +125,15 @@ def preset(name: str, vocab_size: int, seq_len: int) -> LlamaConfig:
     return LlamaConfig(vocab_size=vocab_size, seq_len=seq_len, **MODEL_SIZES[name])
 
 
-def _dense(d_in: int, d_out: int, std: float, config: LlamaConfig, rngs: nnx.Rngs) -> nnx.Linear:
+def _dense(
+    d_in: int, d_out: int, std: float, config: LlamaConfig, rngs: nnx.Rngs, head: bool = False
+) -> nnx.Linear:
+    """A bias-free projection; in FP8 with ``config.fp8``, unless it is the LM head (``head``)."""
     init = nnx.initializers.normal(std)
-    return nnx.Linear(d_in, d_out, use_bias=False, kernel_init=init, dtype=config.dtype, rngs=rngs)
+    dot_general = fp8_dot_general if config.fp8 and not head else jax.lax.dot_general
+    return nnx.Linear(
+        d_in, d_out, use_bias=False, kernel_init=init, dtype=config.dtype, dot_general=dot_general, rngs=rngs
+    )
 
 
 def _norm(dim: int, config: LlamaConfig, rngs: nnx.Rngs) -> nnx.RMSNorm:
@@ -251,7 +263,7 @@ class Llama(nnx.Module):
         self.lm_head = (
             None
             if config.tie_embeddings
-            else _dense(config.d_model, config.vocab_size, INIT_STD, config, rngs)
+            else _dense(config.d_model, config.vocab_size, INIT_STD, config, rngs, head=True)
         )
 
     def __call__(self, tokens: jax.Array, segments: jax.Array | None = None) -> jax.Array:

@@ -48,6 +48,7 @@ from upath import UPath
 from marin_pipelines.store import is_local, write_url
 from marin_pipelines.train.checkpoint import Checkpoints
 from marin_pipelines.train.distributed import is_primary
+from marin_pipelines.train.fp8 import check_fp8
 from marin_pipelines.train.loss_curve import loss_curve_png
 from marin_pipelines.train.model import Llama, LlamaConfig
 from marin_pipelines.train.moe import MoEConfig, RouterStats, rebalance, router_loss, router_metrics
@@ -308,6 +309,8 @@ def train(
     out_dir = UPath(out_dir)
     primary = is_primary()
     check_layout(config, model_config, jax.device_count())
+    if model_config.fp8:
+        check_fp8(jax.devices()[0].platform)
     mesh = data_mesh(config.mesh)
     model = Llama(model_config, nnx.Rngs(config.seed))
     graphdef = nnx.graphdef(model)

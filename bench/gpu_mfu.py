@@ -1,0 +1,74 @@
+"""MFU on one GPU: a dense 150M model in bfloat16, the same with FP8 matmuls, and an MoE of the same active
+size (8 experts, top-1, each of the dense model's width). Issue 36's goal: the dense bf16 run at MFU >= 45%
+(Levanter reports 50-55% on such cards). Each arm's MFU is against the card's dense bf16 peak (so FP8's gain
+reads as a ratio to the bf16 arm measured in this same script), tokens/s beside it.
+
+Run on the GPU machine: ``.venv/bin/python bench/gpu_mfu.py`` (``--peak-tflops`` when the card is not an
+H100/H200 SXM, whose dense bf16 peak is 989 TFLOP/s). Random tokens: throughput does not depend on the text.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+VOCAB, SEQ_LEN, BATCH, STEPS = 32_000, 1024, 32, 40
+ARMS = {  # name: model fields over the 150m preset
+    "dense bf16": {"dtype": "bfloat16"},
+    "dense bf16 + fp8 matmuls": {"dtype": "bfloat16", "fp8": True},
+    "moe 8x top-1 bf16": {"dtype": "bfloat16", "moe": {"experts": 8, "top_k": 1}},
+}
+
+
+def measure(fields: dict, peak: float) -> dict[str, float]:
+    from marin_pipelines.train.model import LlamaConfig, preset
+    from marin_pipelines.train.train_config import TrainConfig
+    from marin_pipelines.train.trainer import train
+
+    model = LlamaConfig(**{**preset("150m", VOCAB, SEQ_LEN).model_dump(), **fields})
+    config = TrainConfig(
+        steps=STEPS, batch_size=BATCH, warmup_steps=2, checkpoint_every=STEPS, log_every=10, peak_flops=peak
+    )
+
+    def batches(step: int) -> np.ndarray:
+        return np.random.default_rng(step).integers(0, VOCAB, (BATCH, SEQ_LEN + 1), dtype=np.int32)
+
+    with tempfile.TemporaryDirectory() as out:
+        began = time.perf_counter()
+        summary = train(model, config, batches, Path(out), progress=False)
+        lines = (Path(out) / "metrics.jsonl").read_text().splitlines()
+    tokens_per_s = statistics.median(json.loads(line)["tokens_per_s"] for line in lines[5:])  # compiled
+    return {
+        "params": summary["params"],
+        "active_params": summary["active_params"],
+        "tokens_per_s": tokens_per_s,
+        "mfu": tokens_per_s * model.flops_per_token() / peak,
+        "hardware": summary["hardware"],
+        "wall_s": time.perf_counter() - began,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--peak-tflops", type=float, default=989.0, help="the card's dense bf16 peak")
+    args = parser.parse_args()
+    peak = args.peak_tflops * 1e12
+    results = {name: measure(fields, peak) for name, fields in ARMS.items()}
+    base = results["dense bf16"]["tokens_per_s"]
+    print(f"{'arm':<28}{'params':>14}{'active':>14}{'tokens/s':>12}{'MFU':>8}{'vs bf16':>9}")
+    for name, r in results.items():
+        print(
+            f"{name:<28}{r['params']:>14,}{r['active_params']:>14,}{r['tokens_per_s']:>12,.0f}{r['mfu']:>8.1%}"
+            f"{r['tokens_per_s'] / base:>8.2f}x"
+        )
+    print(f"card: {results['dense bf16']['hardware']}; batch {BATCH} x {SEQ_LEN}, vocab {VOCAB}")
+
+
+if __name__ == "__main__":
+    main()
