@@ -197,6 +197,7 @@ def _rows(variants: list[Variant], summaries: dict[str, dict[str, Any]]) -> list
         row("bits-per-byte", "lower", from_evals("bits_per_byte")),
         *(row(n, _direction(n), {label: s.get(n) for label, s in scores.items()}) for n in sets + tasks),
         row("params (non-embedding)", None, from_evals("params")),
+        row("params a token uses (MoE: active)", None, from_summary("active_params")),
         row("training tokens", None, from_evals("train_tokens")),
         row("FLOPs", None, from_evals("flops")),
         row("skipped updates", None, from_summary("skipped_updates")),

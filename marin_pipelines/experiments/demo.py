@@ -64,7 +64,11 @@ ladder = isoflop_ladder("demo", tokens, ladder=LADDER, train=LADDER_TRAIN, data_
 # the main run is the recipe's run at the target budget (d56l2 on 1.5M tokens), its loss and the crawl's
 # bits-per-byte forecast from the ladder before it starts
 target = forecast_target("demo", ladder, downstream=["bpb/main"], evals=EVALS)
-leaderboard = speedrun("demo/speedrun_leaderboard", tokens, ["nano_baseline", "nano_hot", "shallow_wide"])
+leaderboard = speedrun(
+    "demo/speedrun_leaderboard",
+    tokens,
+    ["nano_baseline", "nano_hot", "shallow_wide", "nano_moe", "nano_muon"],
+)
 
 demo = Experiment(
     "demo",

@@ -163,7 +163,8 @@ class CompareConfig(BaseModel):
         return labels
 
 
-@stage(CompareConfig, group="evals", kinds=("matplotlib",))
+# revision 2: the params a token uses (an MoE's active params) in the table
+@stage(CompareConfig, revision=2, group="evals", kinds=("matplotlib",))
 def comparison(ctx: StepContext, out: PendingArtifact, config: CompareConfig, **runs: Artifact) -> None:
     """The variants side by side: loss curves overlaid, validation loss, bits-per-byte per set, task
     scores, tokens and FLOPs, with the experiment's hypothesis."""

@@ -97,6 +97,7 @@ def test_table_holds_every_variant_and_metric(ablation, tmp_path):
         "marin_python_mc/acc",
         "marin_python_text/word_perplexity",
         "params (non-embedding)",
+        "params a token uses (MoE: active)",
         "training tokens",
         "FLOPs",
         "skipped updates",

@@ -65,7 +65,14 @@ def test_leaderboard_ranks_within_each_budget(tmp_path):
 
 def test_shipped_submissions_are_found_and_valid():
     submissions = discover_submissions()
-    assert {"nano_baseline", "nano_hot", "shallow_wide"} <= {s.name for s in submissions}
+    assert {"nano_baseline", "nano_hot", "shallow_wide", "nano_moe", "nano_muon"} <= {
+        s.name for s in submissions
+    }
+    moe = next(s for s in submissions if s.name == "nano_moe")
+    model, train = moe.run_config(1e11, 2048)
+    assert model.moe is not None and train.steps == round(
+        1e11 / model.flops_per_token() / (8 * 128)
+    )  # active FLOPs
     assert any(len(s.budgets) > 1 for s in submissions)  # one spans budgets: the leaderboard fits its slope
 
 
