@@ -213,7 +213,11 @@ def gcs_emulator() -> Iterator[str]:
         proxy.shutdown()
         proxy.server_close()
         server.terminate()
-        server.wait(timeout=10)
+        try:
+            server.wait(timeout=10)
+        except subprocess.TimeoutExpired:  # a loaded machine at the session's end: no graceful exit
+            server.kill()
+            server.wait()
         for name, value in saved.items():
             if value is None:
                 os.environ.pop(name, None)

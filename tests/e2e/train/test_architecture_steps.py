@@ -20,9 +20,9 @@ def test_an_moe_muon_run_then_qk_norm_warm_started_into_it(tiny_store):
         "arch/moe_muon",
         tokens,
         model={**MODEL, "moe": MOE},
-        train={**TRAIN, "optimizer": "muon", "steps": 12},
+        train={**TRAIN, "optimizer": "muon", "steps": 8},
     )
-    continued = warm_started(base, "arch/moe_muon_qk_norm", model={"qk_norm": True}, train={"steps": 6})
+    continued = warm_started(base, "arch/moe_muon_qk_norm", model={"qk_norm": True}, train={"steps": 4})
     assert continued.inputs["warm_start"] is base and continued.config.model.qk_norm
     result = materialize_experiment(
         Experiment("arch", steps=[continued]), tiny_store, DagsterInstance.ephemeral()
@@ -33,7 +33,7 @@ def test_an_moe_muon_run_then_qk_norm_warm_started_into_it(tiny_store):
     assert trained["active_params"] < trained["params"]
     warm = store.get(continued.key, continued.version).metadata
     record = warm["warm_start"]
-    assert record["step"] == 12 and record["params_sha256"] and record["dropped"] == []
+    assert record["step"] == 8 and record["params_sha256"] and record["dropped"] == []
     assert sorted(record["new"])[:2] == ["blocks.0.attn.k_norm.scale", "blocks.0.attn.q_norm.scale"]
     assert record["optimizer"]["loaded"] > 0 and warm["resumed_from_step"] == 0
 

@@ -28,7 +28,7 @@ CONFIG = run_config("nano", steps=120, warmup_steps=10, checkpoint_every=10, log
 # what the SIGKILL test trains: a mixture of experts stepped by Muon (dense AdamW resumes are the unit tests')
 MOE_MUON = {
     "model": {**CONFIG["model"], "moe": {"experts": 4, "top_k": 2}},
-    "train": {**CONFIG["train"], "optimizer": "muon"},
+    "train": {**CONFIG["train"], "optimizer": "muon", "steps": 40},
 }
 ENV = {**os.environ, "WANDB_MODE": "disabled", "JAX_PLATFORMS": "cpu"}
 
@@ -84,20 +84,20 @@ def test_sigkill_then_the_same_command_ends_bit_identical(token_cache, tmp_path,
     process.send_signal(signal.SIGKILL)
     process.wait()
     interrupted_at = saved_steps(killed)[-1]
-    assert 0 < interrupted_at < CONFIG["train"]["steps"], "the kill came too late to test anything"
+    assert 0 < interrupted_at < MOE_MUON["train"]["steps"], "the kill came too late to test anything"
 
     subprocess.run(train_command(config_file, token_cache, killed), env=ENV, check=True, capture_output=True)
     summary = json.loads((killed / "train.json").read_text())["summary"]
     assert summary["resumed_from_step"] >= interrupted_at
     reference, resumed = checkpoint_info(full, capsys), checkpoint_info(killed, capsys)
-    assert reference["step"] == resumed["step"] == CONFIG["train"]["steps"]
+    assert reference["step"] == resumed["step"] == MOE_MUON["train"]["steps"]
     assert reference["sha256"] == resumed["sha256"]
     assert reference["params"] == resumed["params"] == summary["params"]
     assert resumed["active_params"] == summary["active_params"] < resumed["params"]  # top 2 of 4 experts
     assert resumed["model"]["moe"]["experts"] == 4 and summary["flops_per_token"] > 0
-    assert resumed["checkpoints"] == [110, 120]
+    assert resumed["checkpoints"] == [30, 40]
     metrics = [json.loads(line) for line in (killed / "metrics.jsonl").read_text().splitlines()]
-    assert len(metrics) == 120 and all("moe_load_max_over_mean" in m for m in metrics)
+    assert len(metrics) == 40 and all("moe_load_max_over_mean" in m for m in metrics)
 
 
 def test_warm_start_adds_qk_norm_to_a_finished_run_and_records_its_base(

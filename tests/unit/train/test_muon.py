@@ -1,6 +1,5 @@
 """Muon on the blocks' hidden weight matrices, AdamW on the rest (train/optimizer.py)."""
 
-import json
 import math
 
 import jax
@@ -10,8 +9,9 @@ import optax
 import pytest
 from flax import nnx
 from pydantic import ValidationError
+from resumed import assert_resumes_bit_identically
 
-from marin_pipelines.train.checkpoint import flatten, load_params, params_sha256
+from marin_pipelines.train.checkpoint import flatten
 from marin_pipelines.train.model import Llama, LlamaConfig
 from marin_pipelines.train.optimizer import (
     MUON_MOMENTUM,
@@ -21,7 +21,6 @@ from marin_pipelines.train.optimizer import (
     muon_labels,
 )
 from marin_pipelines.train.train_config import TrainConfig
-from marin_pipelines.train.trainer import train
 
 MODEL = LlamaConfig(vocab_size=32, seq_len=16, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=64)
 MUON = TrainConfig(
@@ -177,25 +176,8 @@ def test_moe_experts_are_a_batch_of_matrices_and_a_dead_router_bias_stays_put():
 
 
 def test_muon_run_learns_and_resumes_bit_identically(tmp_path):
-    summary = train(MODEL, MUON, batches, tmp_path / "whole", progress=False)
-    assert summary["final_loss"] < 0.6 * summary["initial_loss"]
-    trained = load_params(tmp_path / "whole")[1]
-
-    def crashing(step: int) -> np.ndarray:
-        if step == 15:
-            raise KeyboardInterrupt
-        return batches(step)
-
-    with pytest.raises(KeyboardInterrupt):
-        train(MODEL, MUON, crashing, tmp_path / "resumed", progress=False)
-    resumed = train(MODEL, MUON, batches, tmp_path / "resumed", progress=False)
-    assert resumed["resumed_from_step"] == 10
-    assert params_sha256(load_params(tmp_path / "resumed")[1]) == params_sha256(trained)
-    losses = [
-        [json.loads(line)["loss"] for line in (tmp_path / run / "metrics.jsonl").read_text().splitlines()]
-        for run in ("whole", "resumed")
-    ]
-    assert losses[0] == losses[1]
+    whole, resumed = assert_resumes_bit_identically(MODEL, MUON, batches, tmp_path)
+    assert whole["final_loss"] < 0.6 * whole["initial_loss"] and resumed["resumed_from_step"] == 10
 
 
 def test_optimizer_must_be_adamw_adamh_or_muon():

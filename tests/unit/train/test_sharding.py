@@ -28,40 +28,6 @@ from marin_pipelines.train.sharding import AXES, check_layout, state_shardings
 from marin_pipelines.train.train_config import MeshConfig, TrainConfig
 from marin_pipelines.train.trainer import train
 
-SHORT = TRAIN.model_copy(update={"steps": 15})
-FOUR_DEVICES = f"""
-import json, sys
-sys.path.insert(0, {str(Path(__file__).parent)!r})
-import jax
-from test_checkpoint import MODEL, TRAIN, repeating_batches
-from marin_pipelines.train.trainer import train
-from marin_pipelines.train.sharding import data_mesh, state_shardings
-assert jax.device_count() == 4
-config = TRAIN.model_copy(update={{"steps": 15}})
-train(MODEL, config, repeating_batches, sys.argv[1], progress=False)
-spec = state_shardings({{"w": jax.numpy.zeros((32, 6))}}, data_mesh(), fsdp=True)["w"].spec
-print(json.dumps({{"spec": [str(s) for s in spec]}}))
-"""
-
-
-def test_four_devices_match_one(tmp_path):
-    train(MODEL, SHORT, repeating_batches, tmp_path / "one", progress=False)
-    out = subprocess.run(
-        [sys.executable, "-c", FOUR_DEVICES, str(tmp_path / "four")],
-        env=forced_devices(4),
-        capture_output=True,
-        text=True,
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert json.loads(out.stdout.splitlines()[-1])["spec"] == ["data", "None"]  # FSDP split the 32-row axis
-    four = json.loads((tmp_path / "four" / "train.json").read_text())["summary"]
-    assert four["devices"] == 4
-    one_losses = [m["loss"] for m in read_metrics(tmp_path / "one")]
-    four_losses = [m["loss"] for m in read_metrics(tmp_path / "four")]
-    np.testing.assert_allclose(four_losses, one_losses, rtol=2e-4)
-    assert one_losses[-1] < 0.8 * one_losses[0]
-
-
 HERE = Path(__file__).parent
 MOE = MODEL.model_copy(update={"moe": MoEConfig(experts=4, top_k=2, dropless=False)})
 # 20 steps, checkpoints at 10 (where runs resume on another layout) and 20
