@@ -153,9 +153,9 @@ class Checkpoints:
         )
         return unflatten(like, restored["params"])
 
-    def restore_flat(self, step: int) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-        """Parameters and training state of ``step`` by flat name, as saved (shapes from the checkpoint, not
-        from a model), on the default device: what a warm start picks from."""
+    def restore_flat(self, step: int, items: tuple[str, ...] = ("params", "state")) -> dict[str, dict]:
+        """``items`` of ``step`` by flat name, as saved (shapes from the checkpoint, not from a model), on
+        the default device: what a warm start picks from (the training state only when it keeps it)."""
         device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
         metadata = self.manager.item_metadata(step)
         abstract = {
@@ -163,16 +163,13 @@ class Checkpoints:
                 name: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=device)
                 for name, leaf in metadata[item].items()
             }
-            for item in ("params", "state")
+            for item in items
         }
         restored = self.manager.restore(
             step,
             args=ocp.args.Composite(**{item: ocp.args.StandardRestore(a) for item, a in abstract.items()}),
         )
-        return (
-            {name: np.asarray(leaf) for name, leaf in restored["params"].items()},
-            {name: np.asarray(leaf) for name, leaf in restored["state"].items()},
-        )
+        return {item: {name: np.asarray(leaf) for name, leaf in restored[item].items()} for item in items}
 
     def meta(self, step: int) -> dict[str, Any]:
         return self.manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
@@ -192,14 +189,20 @@ def abstract_model(config: LlamaConfig) -> tuple[nnx.GraphDef, nnx.State]:
     return nnx.split(nnx.eval_shape(lambda: Llama(config, nnx.Rngs(0))))
 
 
+def training_dir(path: str | os.PathLike[str]) -> UPath:
+    """``path`` as a training directory (a run's model file and checkpoints), or an error naming it."""
+    path = UPath(path)
+    if not (path / MODEL_FILE).is_file() or not (path / CHECKPOINTS_DIR).is_dir():
+        raise FileNotFoundError(f"not a training directory (no {MODEL_FILE} and {CHECKPOINTS_DIR}/): {path}")
+    return path
+
+
 def load_params(
     path: str | os.PathLike[str], step: int | None = None
 ) -> tuple[nnx.GraphDef, nnx.State, LlamaConfig, int]:
     """Parameters of a training directory's (path or URL) checkpoint ``step`` (default: the latest), on
     one device."""
-    path = UPath(path)
-    if not (path / MODEL_FILE).is_file() or not (path / CHECKPOINTS_DIR).is_dir():
-        raise FileNotFoundError(f"not a training directory (no {MODEL_FILE} and {CHECKPOINTS_DIR}/): {path}")
+    path = training_dir(path)
     config = LlamaConfig.model_validate_json((path / MODEL_FILE).read_text())
     graphdef, like = abstract_model(config)
     with Checkpoints(path / CHECKPOINTS_DIR) as checkpoints:

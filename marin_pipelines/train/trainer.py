@@ -339,8 +339,8 @@ def train(
 
     with Checkpoints(out_dir / CHECKPOINTS_DIR, config.keep_last, config.keep_every) as checkpoints:
         start = checkpoints.latest_step() or 0
+        saved = checkpoints.meta(start) if start else {}
         if start:
-            saved = checkpoints.meta(start)
             if warm_start is not None:  # what it started from is recorded; the base is not read again
                 meta["warm_start"] = saved.get("warm_start", {"dir": str(warm_start)})
             _check_resumable(saved, meta, out_dir)
@@ -355,8 +355,7 @@ def train(
                 if primary:
                     logger.info("warm start from step %(step)d of %(dir)s", meta["warm_start"])
             state = jax.device_put(state, shardings)
-        layouts = checkpoints.meta(start).get("layouts", []) if start else []  # the earlier segments'
-        meta["layouts"] = [*layouts, _layout(mesh, config, start)]
+        meta["layouts"] = [*saved.get("layouts", []), _layout(mesh, config, start)]  # earlier segments first
         started_at = _first_start(out_dir, resuming=start > 0) if primary else None
         metrics = _metrics_before(metrics_path, start)
         if len(metrics) != start:

@@ -18,32 +18,25 @@ from typing import Any
 
 import jax
 import numpy as np
-from upath import UPath
 
-from marin_pipelines.train.checkpoint import Checkpoints, flatten, params_sha256, unflatten
+from marin_pipelines.train.checkpoint import Checkpoints, flatten, params_sha256, training_dir, unflatten
 from marin_pipelines.train.moe import expert_axis
 from marin_pipelines.train.optimizer import restart_schedule
-from marin_pipelines.train.train_config import CHECKPOINTS_DIR, MODEL_FILE
+from marin_pipelines.train.train_config import CHECKPOINTS_DIR
 
 OPTIMIZER = "opt_state"  # the optimiser's leaves in a checkpoint's training state
 
 
-def read_base(
-    base: str | os.PathLike[str],
-) -> tuple[int, dict[str, Any], dict[str, np.ndarray], dict[str, Any]]:
-    """The base's latest checkpoint: its step, flat parameters, flat training state (optimiser included)
-    and the configs that wrote it."""
-    base = UPath(base)
-    if not (base / MODEL_FILE).is_file() or not (base / CHECKPOINTS_DIR).is_dir():
-        raise FileNotFoundError(
-            f"warm start: not a training directory (no {MODEL_FILE} and checkpoints/): {base}"
-        )
+def read_base(base: str | os.PathLike[str], optimizer: bool) -> tuple[int, dict[str, dict], dict[str, Any]]:
+    """The base's latest checkpoint: its step, its flat items (``params``, and ``state`` with the optimiser
+    when ``optimizer``) and the configs that wrote it."""
+    base = training_dir(base)
     with Checkpoints(base / CHECKPOINTS_DIR) as checkpoints:
         step = checkpoints.latest_step()
         if step is None:
             raise FileNotFoundError(f"warm start: no complete checkpoint in {base}")
-        params, state = checkpoints.restore_flat(step)
-        return step, params, state, checkpoints.meta(step)
+        items = ("params", "state") if optimizer else ("params",)
+        return step, checkpoints.restore_flat(step, items), checkpoints.meta(step)
 
 
 def _take(name: str, mine: np.ndarray, theirs: np.ndarray, where: str) -> tuple[np.ndarray, bool]:
@@ -88,7 +81,8 @@ def warm_state(
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """``state`` (a fresh run's, on the host) with the base's matching parameters and, with ``optimizer``,
     its matching optimiser leaves; the schedule restarted. Returns it and the record of the warm start."""
-    step, base_params, base_state, meta = read_base(base)
+    step, saved, meta = read_base(base, optimizer)
+    base_params = saved["params"]
     params, report = _merge(flatten(state["params"]), base_params, str(base))
     record: dict[str, Any] = {"dir": str(base), "step": step, "params_sha256": params_sha256(base_params)}
     record |= {key: report[key] for key in ("loaded", "widened", "new", "dropped")}
@@ -101,7 +95,7 @@ def warm_state(
                 f"{optimizer_name}; an optimiser's state loads only into the same optimiser (start with a "
                 "fresh optimiser instead)"
             )
-        base_optimizer = {k: v for k, v in base_state.items() if k.split(".")[0] == OPTIMIZER}
+        base_optimizer = {k: v for k, v in saved["state"].items() if k.split(".")[0] == OPTIMIZER}
         merged, opt_report = _merge(flatten({OPTIMIZER: opt_state}), base_optimizer, str(base))
         opt_state = unflatten({OPTIMIZER: opt_state}, merged)[OPTIMIZER]
         record["optimizer"] = {key: len(names) for key, names in opt_report.items()}

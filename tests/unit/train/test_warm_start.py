@@ -41,7 +41,8 @@ def base(tmp_path_factory):
 
 def saved(out) -> tuple[dict, dict]:
     with Checkpoints(out / "checkpoints") as checkpoints:
-        return checkpoints.restore_flat(checkpoints.latest_step())
+        saved = checkpoints.restore_flat(checkpoints.latest_step())
+        return saved["params"], saved["state"]
 
 
 def test_qk_norm_warm_start_keeps_every_matching_weight_and_moment_and_rewarms(base, tmp_path):
