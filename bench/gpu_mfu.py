@@ -57,17 +57,31 @@ def measure(fields: dict, peak: float) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--peak-tflops", type=float, default=989.0, help="the card's dense bf16 peak")
+    parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args()
     peak = args.peak_tflops * 1e12
-    results = {name: measure(fields, peak) for name, fields in ARMS.items()}
-    base = results["dense bf16"]["tokens_per_s"]
+    results: dict[str, dict] = {}
+    for name, fields in ARMS.items():  # an arm that fails (FP8 on some jaxlib) still lets the rest report
+        try:
+            results[name] = measure(fields, peak)
+        except Exception as error:  # noqa: BLE001 - a bench reports what broke and goes on
+            results[name] = {"error": f"{type(error).__name__}: {error}"[:500]}
+        print(name, json.dumps(results[name]), flush=True)
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+    base = results["dense bf16"].get("tokens_per_s")
     print(f"{'arm':<28}{'params':>14}{'active':>14}{'tokens/s':>12}{'MFU':>8}{'vs bf16':>9}")
     for name, r in results.items():
+        if "error" in r:
+            print(f"{name:<28} failed: {r['error']}")
+            continue
+        ratio = f"{r['tokens_per_s'] / base:>8.2f}x" if base else ""
         print(
             f"{name:<28}{r['params']:>14,}{r['active_params']:>14,}{r['tokens_per_s']:>12,.0f}{r['mfu']:>8.1%}"
-            f"{r['tokens_per_s'] / base:>8.2f}x"
+            + ratio
         )
-    print(f"card: {results['dense bf16']['hardware']}; batch {BATCH} x {SEQ_LEN}, vocab {VOCAB}")
+    print(f"batch {BATCH} x {SEQ_LEN}, vocab {VOCAB}, {STEPS} steps; card: ", end="")
+    print(next((r["hardware"] for r in results.values() if "hardware" in r), "unknown"))
 
 
 if __name__ == "__main__":

@@ -332,6 +332,11 @@ def train(
     )
     batch_shape = (config.batch_size, *((3,) if packed else ()), model_config.seq_len + 1)
     rows = process_rows(rows_sharding, batch_shape)
+
+    def batch_of(step: int) -> jax.Array:
+        local = _local_rows(batch_fn, step, rows, batch_shape, model_config.vocab_size)
+        return jax.make_array_from_process_local_data(rows_sharding, local, batch_shape)
+
     tokens_per_step = config.batch_size * model_config.seq_len
     flops_per_token = model_config.flops_per_token()
     peak_flops = config.peak_flops * mesh.size if config.peak_flops else measure_matmul_peak()
@@ -371,10 +376,15 @@ def train(
                 initial=start,
                 total=config.steps,
             ) as bar:
+                batch: jax.Array | BaseException | None = batch_of(start) if start < config.steps else None
                 for step in bar:
-                    local = _local_rows(batch_fn, step, rows, batch_shape, model_config.vocab_size)
-                    batch = jax.make_array_from_process_local_data(rows_sharding, local, batch_shape)
+                    if isinstance(batch, BaseException):
+                        raise batch
                     state, out = train_step(state, batch)
+                    try:  # made while the device computes this step (12% of an H200's step); a bad batch
+                        batch = batch_of(step + 1) if step + 1 < config.steps else None  # fails its own step
+                    except BaseException as error:  # raised at its own step, after this one is saved
+                        batch = error
                     out = jax.device_get(out)
                     now = time.perf_counter()
                     seconds, last = now - last, now

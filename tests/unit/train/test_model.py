@@ -7,7 +7,14 @@ import pytest
 from flax import nnx
 from pydantic import ValidationError
 
-from marin_pipelines.train.model import MODEL_SIZES, Llama, LlamaConfig, apply_rope, preset
+from marin_pipelines.train.model import (
+    MODEL_SIZES,
+    Llama,
+    LlamaConfig,
+    apply_rope,
+    attention_implementation,
+    preset,
+)
 
 SMALL = LlamaConfig(vocab_size=50, seq_len=16, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=48)
 
@@ -115,3 +122,11 @@ def test_qk_norm_and_bfloat16_compute_stay_close_to_the_reference():
     logits = half(tokens)
     assert logits.dtype == jnp.float32 and half.blocks[0].attn.wq.kernel.value.dtype == jnp.float32
     np.testing.assert_allclose(logits, reference, atol=0.05)
+
+
+def test_cudnn_attention_only_on_gpus_in_half_precision():
+    """cuDNN's fused attention is asked for on a GPU alone; a CPU keeps JAX's choice (the same numbers as
+    before it was chosen), whatever the dtype."""
+    for dtype in (jnp.bfloat16, jnp.float32):
+        assert attention_implementation(jnp.zeros((1, 4, 2, 64), dtype)) is None
+    assert jax.default_backend() == "cpu"
