@@ -1,8 +1,8 @@
 """Where a GPU training step of ``gpu_mfu.py``'s dense 150M model spends its time: the trainer's jitted
 step run back to back on one resident batch (no host work between steps), the same with its state donated,
 forward + backward alone, forward alone, and forward + backward with XLA's attention in place of the cuDNN
-attention the model picks on GPUs, each against the card's dense bf16 peak. A perfetto trace of three full steps goes to ``--trace-dir`` so that the
-kernels can be summed by name afterwards (``python bench/gpu_step_profile.py --summarise TRACE``).
+attention the model picks on GPUs, each against the card's dense bf16 peak. A perfetto trace of three full
+steps goes to ``--trace-dir``, whose kernels ``--summarise TRACE`` sums by name.
 
 Run on the GPU machine when ``gpu_mfu.py`` finds the trainer below its MFU goal. Its first run (README, GPU
 section) found XLA's attention taking 60% of the step.

@@ -1,13 +1,13 @@
 """`marin-pipelines experiments` lists the experiments; `marin-pipelines experiment NAME` runs what of it
-is not done, in the Dagster instance the UI uses (``DAGSTER_HOME``), or with ``--dry-run`` prints what it
-would do: as its last line one JSON object, ``{"experiment", "record", "steps": [{"name", "version",
-"status": "done" | "to_run", "output", ...}]}``, with, for a step whose version changed since the newest
-stored one, the config fields and inputs that changed."""
+is not done, in the Dagster instance the UI uses (``DAGSTER_HOME``, else the project folder it runs in:
+``defs/instance.py``), or with ``--dry-run`` prints what it would do: as its last line one JSON object,
+``{"experiment", "record", "steps": [{"name", "version", "status": "done" | "to_run", "output", ...}]}``,
+with, for a step whose version changed since the newest stored one, the config fields and inputs that
+changed."""
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 
@@ -58,14 +58,13 @@ def run_experiments(names: list[str], store_root: str | None, dry: bool = False)
         for name in names:
             print_json(dry_run(name, store_root))
         return 0
-    from dagster import DagsterInstance  # here: a dry run needs no Dagster
-
     from marin_pipelines.cli.local_runs import progress_to_stderr, root_cause
+    from marin_pipelines.defs.instance import project_instance  # here: a dry run needs no Dagster
     from marin_pipelines.defs.local_run import materialize_experiment
     from marin_pipelines.store import default_store_root
     from marin_pipelines.summary import experiment_summary
 
-    instance = DagsterInstance.get() if os.environ.get("DAGSTER_HOME") else DagsterInstance.ephemeral()
+    instance = project_instance()
     root = store_root or default_store_root()
     failed = False
     for name in names:

@@ -6,12 +6,18 @@
   crawl's concurrency pool (``step_assets.crawl_pool``), so the run queue starts those runs one at a time
   in the order queued, whoever queued them (this sensor, the job, a backfill, the refresh schedule).
 - Per experiment: ``{experiment}_pipeline`` materialises its unpartitioned steps up to any ladder, and
-  the ``{experiment}_refresh`` schedule runs it daily (everything is reused when no snapshot arrived).
+  the ``{experiment}_refresh`` schedule runs it daily (everything is reused when no snapshot arrived);
+  ``{experiment}_after_ladders`` runs what follows its ladders by hand (the command line runs it).
   These two kinds of job process documents: their runs carry ``data_tags`` (on Kubernetes, the size of
   the run pod: ``launcher_env.data_run_tags``).
 - Per ladder: ``{ladder}_ladder`` runs one rung; backfill its partitions. What is downstream of a ladder
   (the prediction, the target it predicts, its evaluation, the law) rolls forward by declarative
   automation (eager) once the backfill is complete; the target's edge from its prediction keeps the order.
+
+Every job's runs are tagged with what they are for (``run_tags``): ``marin/experiment`` (where one
+experiment owns the job's steps), ``marin/crawl`` or ``marin/ladder``; the rung or snapshot is Dagster's own
+``dagster/partition`` tag. The command line runs each part of an experiment through these same jobs, so
+its runs list under them in the UI.
 """
 
 from __future__ import annotations
@@ -40,6 +46,33 @@ from marin_pipelines.steps import Step
 
 REFRESH_CRON = "0 4 * * *"  # daily at 04:00
 SENSOR_INTERVAL_SECONDS = 300
+EXPERIMENT_RUN_TAG, CRAWL_RUN_TAG, LADDER_RUN_TAG = "marin/experiment", "marin/crawl", "marin/ladder"
+
+
+def snapshot_job(crawl: Step) -> str:
+    return f"{slug(crawl)}_snapshot"
+
+
+def ladder_job(ladder: Step) -> str:
+    return f"{slug(ladder)}_runs"
+
+
+def pipeline_job(experiment: Experiment) -> str:
+    return f"{experiment.name}_pipeline"
+
+
+def after_ladders_job(experiment: Experiment) -> str:
+    return f"{experiment.name}_after_ladders"
+
+
+def run_tags(experiments: Iterable[Experiment], source: Step | None = None) -> dict[str, str]:
+    """The tags of a job's runs: the crawl or ladder it partitions (``source``), and the experiment when
+    exactly one of ``experiments`` declares it (a step shared by several lists each on its asset)."""
+    owners = [e.name for e in experiments if source is None or source in e.all_steps]
+    tags = {EXPERIMENT_RUN_TAG: owners[0]} if len(owners) == 1 else {}
+    if source is not None:
+        tags[CRAWL_RUN_TAG if source.partitioning == "snapshot" else LADDER_RUN_TAG] = source.name
+    return tags
 
 
 def selection(steps: Iterable[Step]) -> AssetSelection:
@@ -70,6 +103,11 @@ def after_ladders(steps: list[Step]) -> set[int]:
 def pipeline_steps(experiment: Experiment) -> list[Step]:
     later = after_ladders(experiment.all_steps)
     return [s for s in experiment.all_steps if s.partitioning is None and id(s) not in later]
+
+
+def after_ladder_steps(experiment: Experiment) -> list[Step]:
+    later = after_ladders(experiment.all_steps)
+    return [s for s in experiment.all_steps if id(s) in later]
 
 
 def snapshot_sensor(crawl: Step, job_name: str) -> SensorDefinition:
@@ -123,36 +161,46 @@ def automation(
     ``data_tags`` go on the runs of the jobs that process documents."""
     jobs, sensors, schedules = [], [], []
     for crawl in partition_sources(steps, "snapshot"):
-        name = f"{slug(crawl)}_snapshot"
         jobs.append(
             define_asset_job(
-                name,
+                snapshot_job(crawl),
                 selection=selection(partitioned_by(steps, crawl)),
                 description=f"One snapshot of {crawl.name}: WARC files to deduplicated text.",
-                tags=data_tags,
+                tags={**run_tags(experiments, crawl), **(data_tags or {})},
             )
         )
-        sensors.append(snapshot_sensor(crawl, name))
+        sensors.append(snapshot_sensor(crawl, snapshot_job(crawl)))
     for ladder in partition_sources(steps, "ladder"):
         jobs.append(
             define_asset_job(
-                f"{slug(ladder)}_runs",
+                ladder_job(ladder),
                 selection=selection(partitioned_by(steps, ladder)),
                 description="One scaling-ladder rung and its evaluation; backfill every partition to run the "
                 "ladder. Its prediction, the target run and the law follow by themselves.",
+                tags=run_tags(experiments, ladder),
             )
         )
     for experiment in experiments:
-        name = f"{experiment.name}_pipeline"
         jobs.append(
             define_asset_job(
-                name,
+                pipeline_job(experiment),
                 selection=selection(pipeline_steps(experiment)),
                 description=f"{experiment.name}: every step over all processed snapshots, up to any ladder.",
-                tags=data_tags,
+                tags={**run_tags([experiment]), **(data_tags or {})},
             )
         )
+        if later := after_ladder_steps(experiment):
+            jobs.append(
+                define_asset_job(
+                    after_ladders_job(experiment),
+                    selection=selection(later),
+                    description=f"{experiment.name}: what follows its ladders (the prediction, the target "
+                    "it predicts, their evaluations, the law). Declarative automation runs these once a "
+                    "ladder's backfill is complete; this job runs them by hand.",
+                    tags=run_tags([experiment]),
+                )
+            )
         crawls = partition_sources(experiment.all_steps, "snapshot")
         if crawls:
-            schedules.append(refresh_schedule(experiment, name, crawls))
+            schedules.append(refresh_schedule(experiment, pipeline_job(experiment), crawls))
     return {"jobs": jobs, "sensors": sensors, "schedules": schedules}

@@ -1,8 +1,10 @@
 """Materialise experiments in this process, in the Dagster instance given (the UI's, for the CLI).
 
 Partitioned steps need one run per partition, so the order is: every crawl snapshot in key order, the
-steps a ladder needs, every ladder rung, then everything else in one run (where Dagster orders each
-step after its inputs and after its ``after`` edges: a preregistered prediction before its target).
+steps a ladder needs, every ladder rung, then everything else (where Dagster orders each step after its
+inputs and after its ``after`` edges: a preregistered prediction before its target). Each run goes through
+the job that runs those steps from the UI (``automation.py``), tagged with the experiment, so that it lists
+under that job and that experiment whoever started it.
 This is what `make demo`, `marin-pipelines experiment NAME` and the end-to-end tests run.
 
 A step whose output is complete at its version (and passes its blocking checks) starts no run: its checks
@@ -17,10 +19,19 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from dagster import AssetCheckSeverity, DagsterInstance, ExecuteInProcessResult, materialize
+from dagster import AssetCheckSeverity, DagsterInstance, Definitions, ExecuteInProcessResult
 
-from marin_pipelines.defs.automation import partition_sources, partitioned_by, selection
-from marin_pipelines.defs.step_assets import dagster_metadata, snapshot_partitions
+from marin_pipelines.defs.automation import (
+    EXPERIMENT_RUN_TAG,
+    after_ladders,
+    after_ladders_job,
+    ladder_job,
+    partition_sources,
+    partitioned_by,
+    pipeline_job,
+    snapshot_job,
+)
+from marin_pipelines.defs.step_assets import asset_key, dagster_metadata, snapshot_partitions
 from marin_pipelines.execution_record import write_record
 from marin_pipelines.experiment import Experiment
 from marin_pipelines.steps import Step, topological
@@ -72,22 +83,40 @@ class ExperimentRun:
         return not any(c.blocking for c in self.failed_checks)
 
 
-def run_plan(steps: list[Step]) -> list[tuple[list[Step], str | None]]:
-    """(steps, partition) per run, in an order where every run finds its inputs done."""
-    plan: list[tuple[list[Step], str | None]] = []
+@dataclass
+class PlannedRun:
+    """One Dagster run of the plan: its steps, its partition and the job (of ``automation.py``) it runs as."""
+
+    steps: list[Step]
+    partition: str | None
+    job: str
+    tags: dict[str, str] = field(default_factory=dict)
+
+
+def run_plan(experiment: Experiment, steps: list[Step]) -> list[PlannedRun]:
+    """The runs of ``steps`` (the experiment's, or some of them), in an order where every run finds its
+    inputs done, each under the job that runs those steps from the UI and tagged with the experiment."""
+    tags = {EXPERIMENT_RUN_TAG: experiment.name}
+    plan: list[PlannedRun] = []
     for crawl in partition_sources(steps, "snapshot"):
         keys = crawl.partition_keys(strict=True)  # a missing crawl root: its clear error
-        plan += [(partitioned_by(steps, crawl), key) for key in keys]
+        plan += [PlannedRun(partitioned_by(steps, crawl), key, snapshot_job(crawl), tags) for key in keys]
     ladders = partition_sources(steps, "ladder")
     ladder_steps = [s for ladder in ladders for s in partitioned_by(steps, ladder)]
     before = [s for s in topological(ladder_steps) if s.partitioning is None]
     if before:
-        plan.append((before, None))
+        plan.append(PlannedRun(before, None, pipeline_job(experiment), tags))
     for ladder in ladders:
-        plan += [(partitioned_by(steps, ladder), key) for key in ladder.partition_keys()]
+        plan += [
+            PlannedRun(partitioned_by(steps, ladder), key, ladder_job(ladder), tags)
+            for key in ladder.partition_keys()
+        ]
+    later = after_ladders(steps)
     rest = [s for s in steps if s.partitioning is None and s not in before]
-    if rest:
-        plan.append((rest, None))
+    if pipeline := [s for s in rest if id(s) not in later]:
+        plan.append(PlannedRun(pipeline, None, pipeline_job(experiment), tags))
+    if following := [s for s in rest if id(s) in later]:
+        plan.append(PlannedRun(following, None, after_ladders_job(experiment), tags))
     return plan
 
 
@@ -115,25 +144,24 @@ def materialize_experiment(
             name, [s for s in crawl.partition_keys(strict=True) if s not in known]
         )
     report = ExperimentRun()
-    assets: list | None = None  # built on the first run needed: a rerun with everything done needs none
-    for group, partition in run_plan(steps):
-        missing = [step for step in group if not _reuse_stored(report, store, step, partition)]
+    defs: Definitions | None = None  # built on the first run needed: a rerun with everything done needs none
+    for run in run_plan(experiment, steps):
+        missing = [step for step in run.steps if not _reuse_stored(report, store, step, run.partition)]
         if not missing:
             continue
-        if assets is None:  # the assets and resources bring the launchers' clients: only for a run
+        if defs is None:  # the assets and resources bring the launchers' clients: only for a run
             from marin_pipelines.defs.experiments_component import experiment_definitions
             from marin_pipelines.resources import default_resources
 
             everyone = [experiment, *[e for e in others or [] if e.name != experiment.name]]
-            assets = list(experiment_definitions(everyone).assets or [])
             resources = resources or default_resources(store_root)
-        result = materialize(
-            assets,
-            selection=selection(missing),
-            partition_key=partition,
+            defs = Definitions.merge(experiment_definitions(everyone), Definitions(resources=resources))
+        result = defs.resolve_job_def(run.job).execute_in_process(
+            asset_selection=[asset_key(step) for step in missing],
+            partition_key=run.partition,
             instance=instance,
-            resources=resources,
             run_config=QUIET,
+            tags=run.tags,
         )
         report.run_ids.append(result.run_id)
         report.materialized += _materialized(result)

@@ -119,6 +119,19 @@ def test_every_asset_is_materialised_and_every_check_passes(graph):
         assert where[-2] == (partition.replace("|", ",") if partition else "_")
 
 
+def test_each_run_is_named_and_tagged_for_what_it_did(graph):
+    """The runs list under the jobs the UI launches (a rung under the ladder's job, what follows the ladder
+    under the experiment's), each tagged with the experiment; a rung is its run's partition."""
+    experiment, _, instance, run = graph
+    runs = [instance.get_run_by_id(run_id) for run_id in run.run_ids]
+    assert all(r.tags["marin/experiment"] == "tiny" for r in runs)
+    rungs = [r for r in runs if r.job_name == "tiny_isoflop_checkpoint_runs"]
+    assert sorted(r.tags["dagster/partition"] for r in rungs) == sorted(RUNGS)
+    assert all(r.tags["marin/ladder"] == "tiny/isoflop_checkpoint" for r in rungs)
+    others = {r.job_name for r in runs} - {"tiny_isoflop_checkpoint_runs"}
+    assert others == {"tiny_pipeline", "tiny_after_ladders"}  # the data steps were the tiny store's already
+
+
 def test_stages_do_their_real_job(graph):
     experiment, root, _, run = graph
     meta = {m.asset: m.metadata for m in run.materialized if m.partition in (None, "demo")}

@@ -103,7 +103,8 @@ def test_the_experiment_command_says_why_without_a_traceback(tmp_path, capsys, m
         """)
     )
     monkeypatch.setenv("MARIN_EXPERIMENTS_PATH", str(folder))
-    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster"))  # the instance the UI would show
+    (tmp_path / "dagster").mkdir()
     store = tmp_path / "störe ü" / "a b"
     assert main(["experiment", "hollow", "--store-root", str(store)]) == 1
     err = capsys.readouterr().err
