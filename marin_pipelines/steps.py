@@ -135,6 +135,7 @@ class Stage:
     checks: Mapping[str, Check] = field(default_factory=dict)
     needs: tuple[str, ...] = ()  # resources the stage uses: "launcher", "annotator"
     fingerprint: Callable[[Any], Any] | None = None  # content the config points at, versioned too
+    headline: tuple[str, ...] = ()  # the metadata a researcher looks at first: the UI shows these first
     # a stage that defines partitions: (config, strict) -> keys; strict raises on a source it cannot read
     partition_keys: Callable[[Any, bool], list[str]] | None = None
 

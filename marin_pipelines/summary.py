@@ -59,8 +59,9 @@ def experiment_summary(experiment: Experiment, store_root: str, run: ExperimentR
             lines.append(f"speedrun: {runs} runs, `marin-pipelines leaderboard` prints the table")
     for comparison in of("comparison"):
         meta = get(comparison).metadata
-        lines.append(f"comparison ({comparison.name}), best {meta['best']}:")
+        lines.append(f"comparison ({comparison.name}), best on {meta['metric']}: {meta['best']}")
         lines.append(f"  hypothesis: {meta['markdown']['hypothesis']}")
+        lines += [f"  {line}" for line in meta["markdown"]["verdict"].replace("**", "").splitlines() if line]
         lines += [f"  {row}" for row in meta["markdown"]["comparison"].splitlines()]
     failed = run.failed_checks
     lines.append(f"asset checks: {len(run.checks) - len(failed)} passed")

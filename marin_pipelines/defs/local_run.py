@@ -190,7 +190,9 @@ def _reuse_stored(report: ExperimentRun, store: ArtifactStore, step: Step, parti
     label = step.name + (f" [{partition}]" if partition else "")
     log.info(f"{label}: reused version {step.version} ({artifact.url}), no run needed")
     report.materialized.append(
-        Materialized(step.name, partition, True, _plain(dagster_metadata(artifact, True)))
+        Materialized(
+            step.name, partition, True, _plain(dagster_metadata(artifact, True, step.stage.headline))
+        )
     )
     report.checks += checks
     return True

@@ -182,7 +182,7 @@ def step_asset(
         except InputError as e:  # no retry can help (the retry policy is for preempted pods)
             raise Failure(description=str(e), allow_retries=False) from e
         reused = artifact.manifest["made_by"] != ctx.made_by  # made earlier, or by another run meanwhile
-        yield Output(artifact, metadata=dagster_metadata(artifact, reused))
+        yield Output(artifact, metadata=dagster_metadata(artifact, reused, step.stage.headline))
         for name, check in stage.checks.items():
             passed, metadata = check.fn(artifact)
             severity = AssetCheckSeverity.ERROR if check.blocking else AssetCheckSeverity.WARN
@@ -195,17 +195,12 @@ def step_asset(
     return compute
 
 
-def dagster_metadata(artifact: Artifact, reused: bool) -> dict[str, Any]:
-    """Manifest -> UI metadata: scalars as numbers (plotted over time), the funnel as a table."""
+def dagster_metadata(artifact: Artifact, reused: bool, headline: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Manifest -> UI metadata: scalars as numbers (plotted over time) to 5 significant digits, the funnel
+    as a table. First what a reader looks for: the stage's ``headline`` entries and the funnel, then the
+    stage's others in its order (a comparison's verdict first), then where the output is and its size."""
     files = artifact.manifest["files"]
-    out: dict[str, Any] = {
-        "path": MetadataValue.path(artifact.url),
-        "version": artifact.version,
-        "reused": reused,
-        "files": len(files),
-        "bytes": sum(f["bytes"] for f in files),
-        "wall_seconds": artifact.manifest["wall_seconds"],
-    }
+    out: dict[str, Any] = {}
     for name, value in artifact.metadata.items():
         if name == "funnel":
             out.update(funnel_metadata(Funnel.from_dict(value)))
@@ -214,11 +209,26 @@ def dagster_metadata(artifact: Artifact, reused: bool) -> dict[str, Any]:
                 out[title] = png_markdown(artifact, title, filename)
         elif name == "markdown":
             out.update({title: MetadataValue.md(text) for title, text in value.items()})
-        elif isinstance(value, bool | int | float | str):
+        elif isinstance(value, float):
+            out[name] = float(f"{value:.5g}")  # the manifest keeps every digit
+        elif isinstance(value, bool | int | str):
             out[name] = value
         else:
             out[name] = MetadataValue.json(value)
-    return out
+    first = [key for key in (*headline, *FUNNEL_ENTRIES) if key in out]
+    return {
+        **{key: out[key] for key in first},
+        **out,
+        "path": MetadataValue.path(artifact.url),
+        "version": artifact.version,
+        "reused": reused,
+        "files": len(files),
+        "bytes": sum(f["bytes"] for f in files),
+        "wall_seconds": round(artifact.manifest["wall_seconds"], 1),
+    }
+
+
+FUNNEL_ENTRIES = ("docs_out", "docs_in", "docs_removed", "funnel")
 
 
 def funnel_metadata(funnel: Funnel) -> dict[str, Any]:

@@ -1,19 +1,23 @@
 """The comparison step of a controlled ablation: several trained and evaluated variants side by side.
 
 A researcher deciding whether z-loss or a quality filter helped should read one page, not assemble a
-WandB report: a markdown table (best value per metric in bold), the training loss curves overlaid, the
-evaluation scores as bars, and the hypothesis the ablation was run to test beside them. Everything is
-read from what the training and evaluation steps already wrote, so this step needs no accelerator.
+WandB report. It opens with the answer: the verdict on the metrics the hypothesis is about (each variant
+against the baseline, the difference and which way it goes), then the hypothesis, a markdown table (best
+value per metric in bold), the training loss curves overlaid, each variant's loss minus the baseline's (two
+near-equal runs draw one line in the first), and the evaluation scores as bars. Everything is read from
+what the training and evaluation steps already wrote, so this step needs no accelerator.
 """
 
 from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
@@ -22,7 +26,11 @@ from marin_pipelines.train.train_config import METRICS_FILE, TRAIN_FILE  # no JA
 
 COMPARISON_FILE = "comparison.json"
 LOSS_CURVES_FILE = "loss_curves.png"
+LOSS_DIFFERENCE_FILE = "loss_vs_baseline.png"
 SCORES_FILE = "scores.png"
+# each run's loss and bits-per-byte on the held-out part of the data it trained on: comparable only
+# between variants that trained on the same data (the named sets below are comparable between all)
+OWN_LOSS, OWN_BPB = "own-data validation loss", "own-data bits-per-byte"
 NO_HYPOTHESIS = "(no hypothesis stated)"
 MISSING = "-"
 
@@ -55,12 +63,15 @@ class Row:
         return min(finite) if self.better == "lower" else max(finite)
 
 
-def compare_variants(variants: list[Variant], hypothesis: str, out_dir: Path) -> dict[str, Any]:
-    """Write ``comparison.json``, ``loss_curves.png`` and ``scores.png`` into ``out_dir``.
+def compare_variants(
+    variants: list[Variant], hypothesis: str, out_dir: Path, metrics: Sequence[str] = ()
+) -> dict[str, Any]:
+    """Write ``comparison.json`` and the plots into ``out_dir``.
 
-    The first variant is the baseline that ``differences`` are taken against. Returns metadata for the
-    asset's manifest: ``variants``, ``plots``, ``markdown``, ``best`` (lowest validation loss),
-    ``validation_loss``, ``bits_per_byte`` and ``differences``.
+    The first variant is the baseline. ``metrics`` are the table's scores the hypothesis is about (the
+    own-data validation loss when none is named); the first decides ``best``. Returns metadata for the
+    asset's manifest, in the order a reader wants it: ``markdown`` (``verdict``, ``hypothesis``,
+    ``comparison``), ``best``, ``metric`` and ``plots``. ``comparison.json`` holds every number.
     """
     if len(variants) < 2:
         raise ValueError(f"a comparison needs at least two variants, got {len(variants)}")
@@ -73,39 +84,66 @@ def compare_variants(variants: list[Variant], hypothesis: str, out_dir: Path) ->
     summaries = {v.label: _train_summary(v) for v in variants}
     rows = _rows(variants, summaries)
     by_metric = {row.metric: row for row in rows}
-    validation_loss = by_metric["validation loss"].values
-    bits_per_byte = by_metric["bits-per-byte"].values
-    best_loss = by_metric["validation loss"].best()
-    baseline = labels[0]
-
+    asked = list(metrics) or [OWN_LOSS]
+    if unknown := [m for m in asked if by_metric.get(m) is None or by_metric[m].better is None]:
+        scores = [row.metric for row in rows if row.better is not None]
+        raise ValueError(f"comparison metrics {unknown} are not scores of these variants; they have {scores}")
+    best = by_metric[asked[0]].best()
     metadata: dict[str, Any] = {
-        "variants": labels,
-        "plots": {"loss_curves": LOSS_CURVES_FILE, "scores": SCORES_FILE},
         "markdown": {
+            "verdict": "\n\n".join(verdict(by_metric[m], labels) for m in asked),
             "hypothesis": hypothesis.strip() or NO_HYPOTHESIS,
             "comparison": markdown_table(labels, rows),
         },
-        "best": None if best_loss is None else next(k for k in labels if validation_loss[k] == best_loss),
-        "validation_loss": validation_loss,
-        "bits_per_byte": bits_per_byte,
-        "differences": {
-            label: {
-                "validation_loss": _difference(validation_loss[label], validation_loss[baseline]),
-                "bits_per_byte": _difference(bits_per_byte[label], bits_per_byte[baseline]),
-            }
-            for label in labels[1:]
+        "best": None if best is None else next(k for k in labels if by_metric[asked[0]].values[k] == best),
+        "metric": asked[0],
+        "plots": {
+            "loss_vs_baseline": LOSS_DIFFERENCE_FILE,
+            "loss_curves": LOSS_CURVES_FILE,
+            "scores": SCORES_FILE,
         },
     }
     record = {
         **metadata,
+        "variants": labels,
+        "metrics": asked,
         "hypothesis": metadata["markdown"]["hypothesis"],
         "rows": [{"metric": r.metric, "better": r.better, "values": r.values} for r in rows],
         "loss_curves": curves,
     }
     (out_dir / COMPARISON_FILE).write_text(json.dumps(record, indent=2))
     plot_loss_curves(curves, out_dir / LOSS_CURVES_FILE)
+    plot_loss_difference(curves, out_dir / LOSS_DIFFERENCE_FILE)
     plot_scores(labels, [r for r in rows if _is_score(r.metric)], out_dir / SCORES_FILE)
     return metadata
+
+
+def verdict(row: Row, labels: list[str]) -> str:
+    """Each variant against the baseline (the first) on ``row``'s metric, in markdown: the values, the
+    difference (absolute and relative) and whether that is better, worse or the same."""
+    baseline = labels[0]
+    lines = [f"**{row.metric}** ({row.better} is better), against {baseline}:"]
+    for label in labels[1:]:
+        value, base = row.values[label], row.values[baseline]
+        if value is None or base is None or not (math.isfinite(value) and math.isfinite(base)):
+            lines.append(
+                f"- {label}: {_format(value, row.better)} vs {_format(base, row.better)}, no verdict"
+            )
+            continue
+        difference = value - base
+        relative = f" ({difference / abs(base):+.1%})" if base else ""
+        goes = (
+            "the same"
+            if difference == 0
+            else "better"
+            if (difference < 0) == (row.better == "lower")
+            else "worse"
+        )
+        lines.append(
+            f"- {label} **{goes}**: {_format(value, row.better)} vs {_format(base, row.better)}, "
+            f"{difference:+.4g}{relative}"
+        )
+    return "\n".join(lines)
 
 
 def _read_text(path: str, variant: Variant) -> str:
@@ -193,8 +231,8 @@ def _rows(variants: list[Variant], summaries: dict[str, dict[str, Any]]) -> list
     tasks = [n for n in names if not n.startswith(("bpb/", "loss/"))]  # loss/SET repeats bpb/SET
     return [
         row("final training loss", "lower", from_summary("final_loss")),
-        row("validation loss", "lower", from_evals("loss")),
-        row("bits-per-byte", "lower", from_evals("bits_per_byte")),
+        row(OWN_LOSS, "lower", from_evals("loss")),
+        row(OWN_BPB, "lower", from_evals("bits_per_byte")),
         *(row(n, _direction(n), {label: s.get(n) for label, s in scores.items()}) for n in sets + tasks),
         row("params (non-embedding)", None, from_evals("params")),
         row("params a token uses (MoE: active)", None, from_summary("active_params")),
@@ -205,19 +243,18 @@ def _rows(variants: list[Variant], summaries: dict[str, dict[str, Any]]) -> list
     ]
 
 
-def _difference(value: Number | None, baseline: Number | None) -> float | None:
-    return None if value is None or baseline is None else value - baseline
-
-
 def _format(value: Number | None, better: Better) -> str:
-    """Scores to four decimals, since ablations differ in the third; counts as counts."""
+    """Scores below 100 to four decimals, since ablations differ in the third; larger ones (perplexities)
+    to four significant digits or whole; counts as counts."""
     if value is None:
         return MISSING
     if not math.isfinite(value):
         return str(float(value))  # "nan", "inf", "-inf"
     if isinstance(value, int):
         return f"{value:,}"
-    return f"{value:.4f}" if better else f"{value:.4g}"
+    if not better:
+        return f"{value:.4g}"
+    return f"{value:.4f}" if abs(value) < 100 else f"{value:,.1f}" if abs(value) < 1000 else f"{value:,.0f}"
 
 
 def markdown_table(labels: list[str], rows: list[Row]) -> str:
@@ -251,6 +288,31 @@ def plot_loss_curves(curves: dict[str, dict[str, list[Any]]], path: Path) -> Non
     ax.set_xlabel("step (not tokens: batch sizes may differ)")
     ax.set_ylabel("training loss (nats/token)")
     ax.set_title(f"training loss of {len(curves)} variants")
+    ax.grid(True, alpha=0.3)
+    figure.tight_layout()
+    figure.savefig(path)
+
+
+def plot_loss_difference(curves: dict[str, dict[str, list[Any]]], path: Path) -> None:
+    """Each variant's training loss minus the baseline's at the steps both logged, averaged over a window
+    of a tenth of the run: the differences an ablation is about, which the overlaid curves hide."""
+    figure = Figure(figsize=(7, 4), dpi=100)
+    FigureCanvasAgg(figure)
+    ax = figure.add_subplot()
+    (baseline, base), *others = curves.items()
+    at = dict(zip(base["step"], base["loss"], strict=True))
+    for i, (label, curve) in enumerate(others, start=1):
+        pairs = [(s, loss - at[s]) for s, loss in zip(curve["step"], curve["loss"], strict=True) if s in at]
+        if not pairs:
+            continue
+        window = max(1, len(pairs) // 10)
+        smooth = np.convolve([d for _, d in pairs], np.ones(window) / window, mode="valid")
+        ax.plot([s for s, _ in pairs][window - 1 :], smooth, linewidth=1, color=f"C{i}", label=label)
+    ax.axhline(0, color="C0", linewidth=1, label=f"{baseline} (baseline)")
+    ax.legend()
+    ax.set_xlabel("step")
+    ax.set_ylabel(f"training loss minus {baseline}'s (nats/token)")
+    ax.set_title("below 0: lower loss than the baseline at the same step")
     ax.grid(True, alpha=0.3)
     figure.tight_layout()
     figure.savefig(path)

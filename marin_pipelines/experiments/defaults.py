@@ -9,6 +9,7 @@ was declared and the field. Step names are ``{prefix}/{stage}`` unless a name is
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -439,15 +440,17 @@ def speedrun(
     )
 
 
-def compare(name: str, variants: dict[str, Step], hypothesis: str = "") -> Step:
-    """Evaluations side by side (the first is the baseline), with the checkpoints they evaluated."""
+def compare(name: str, variants: dict[str, Step], hypothesis: str = "", metrics: Sequence[str] = ()) -> Step:
+    """Evaluations side by side (the first is the baseline), with the checkpoints they evaluated; the
+    comparison opens with its verdict on ``metrics``, the scores the hypothesis is about."""
     inputs: dict[str, Step | None] = {}
     for label, evaluation in variants.items():
         if "checkpoint" not in evaluation.inputs:
             raise StepError(f"{name}: variant {label!r} must be an evaluation step, not {evaluation.name}")
         inputs[f"{label}_eval"] = evaluation
         inputs[f"{label}_checkpoint"] = evaluation.inputs["checkpoint"]
-    return step(name, eval_stages.comparison, {"variants": list(variants), "hypothesis": hypothesis}, inputs)
+    config = {"variants": list(variants), "hypothesis": hypothesis, "metrics": list(metrics)}
+    return step(name, eval_stages.comparison, config, inputs)
 
 
 def variant(of: Step, name: str, **changes: Any) -> Step:

@@ -29,6 +29,7 @@ qk_norm_warmstart = Experiment(
             },
             hypothesis="QK-norm added mid-run costs nothing: the continuation with QK-norm ends within 1% of "
             "the plain continuation's validation loss, both below the base's.",
+            metrics=["own-data validation loss"],
         )
     ],
     description="A base run continued with QK-norm warm-started into it vs without, at 4e11 FLOPs each.",

@@ -42,6 +42,7 @@ quality_ablation = Experiment(
             hypothesis="Labels from a rubric select text closer to what the model is evaluated on than "
             "reference-vs-crawl does: the Datashop arm reaches lower bits-per-byte on the lm-eval tasks' "
             "Python documentation and on the demo's validation text.",
+            metrics=["marin_python_text/bits_per_byte", "bpb/demo_text"],
         )
     ],
     description="One crawl, two quality classifiers (reference fastText vs Datashop labels), two curated "

@@ -23,6 +23,7 @@ sft_demo = Experiment(
             hypothesis="Fine-tuning on 400 conversations lowers the held-out chat loss (nats per assistant "
             "token, on modules it never saw) well below the base's, by more than 10%, at a small cost in "
             "the web text's bits-per-byte.",
+            metrics=["chat/demo_chat", "bpb/main"],
         )
     ],
     description="The demo's target run fine-tuned on the demo's chat set, beside its base.",

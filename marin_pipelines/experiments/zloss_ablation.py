@@ -25,6 +25,7 @@ zloss_ablation = Experiment(
             },
             hypothesis="A z-loss of 1e-4 keeps the log-partition near 0 at no cost in loss: validation loss "
             "and bits-per-byte within 1% of the run without it.",
+            metrics=["own-data validation loss", "own-data bits-per-byte"],
         )
     ],
     description="z-loss 0 vs 1e-4 on the demo's data: the recipe's run at 2e11 FLOPs.",

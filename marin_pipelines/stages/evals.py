@@ -64,6 +64,7 @@ def tasks_scored(artifact: Artifact) -> tuple[bool, dict[str, Any]]:
     checks={"tasks_scored": Check(tasks_scored)},
     needs=("launcher",),
     fingerprint=heldout_content,
+    headline=("loss", "bits_per_byte"),
 )
 def eval_results(
     ctx: StepContext,
@@ -153,6 +154,11 @@ class CompareConfig(BaseModel):
         min_length=2, description="labels; inputs are LABEL_eval and LABEL_checkpoint"
     )
     hypothesis: str = ""
+    metrics: list[str] = Field(
+        default_factory=list,
+        description="the table's scores the hypothesis is about (the first decides 'best'), e.g. "
+        "'chat/demo_chat', 'bpb/main'; none: the own-data validation loss",
+    )
 
     @field_validator("variants")
     @classmethod
@@ -163,8 +169,9 @@ class CompareConfig(BaseModel):
         return labels
 
 
-# revision 2: the params a token uses (an MoE's active params) in the table
-@stage(CompareConfig, revision=2, group="evals", kinds=("matplotlib",))
+# revision 2: the params a token uses (an MoE's active params) in the table; 3: the verdict on the
+# hypothesis' metrics first, own-data rows named, the loss-minus-baseline plot, no JSON repeats
+@stage(CompareConfig, revision=3, group="evals", kinds=("matplotlib",))
 def comparison(ctx: StepContext, out: PendingArtifact, config: CompareConfig, **runs: Artifact) -> None:
     """The variants side by side: loss curves overlaid, validation loss, bits-per-byte per set, task
     scores, tokens and FLOPs, with the experiment's hypothesis."""
@@ -172,4 +179,4 @@ def comparison(ctx: StepContext, out: PendingArtifact, config: CompareConfig, **
         Variant(label, runs[f"{label}_checkpoint"].url, runs[f"{label}_eval"].metadata)
         for label in config.variants
     ]
-    out.metadata.update(compare_variants(variants, config.hypothesis, out.path))
+    out.metadata.update(compare_variants(variants, config.hypothesis, out.path, config.metrics))

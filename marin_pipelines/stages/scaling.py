@@ -117,7 +117,7 @@ def speedrun_leaderboard(
     out.keep_work()
     table = leaderboard_markdown(results) if results else "no submissions chosen"
     (out.path / LEADERBOARD).write_text(table + "\n")
-    out.metadata.update(runs=len(results), leaderboard=table)
+    out.metadata.update(markdown={"leaderboard": table}, runs=len(results))  # a table in the UI, first
     if results:
         plot_leaderboard(results, out.path / LEADERBOARD_PLOT)
         out.metadata["plots"] = {"speedrun": LEADERBOARD_PLOT}
@@ -336,8 +336,10 @@ def started_at(manifest: dict[str, Any]) -> datetime:
     return created - timedelta(seconds=float(manifest["wall_seconds"]))
 
 
+# revision 2: the forecast against the actual as the headline
 @stage(
     LawConfig,
+    revision=2,
     group="scaling",
     kinds=("scipy",),
     checks={"forecast_within_1_percent": Check(forecast_held, blocking=False)},
@@ -385,4 +387,12 @@ def isoflop_law(
             runs, again, out.path, actual=(actual, scores[metric])
         )
     (out.path / RESULT).write_text(json.dumps({**result, "downstream": downstream}, indent=2))
-    out.metadata.update(result=result, downstream=downstream, plots=plots)
+    when = "before the target started" if result["preregistered"] else "AFTER the target started"
+    headline = (
+        f"**forecast {result['predicted']:.3f}** [{result['low']:.3f}, {result['high']:.3f}], "
+        f"written {when}; "
+        f"**actual {actual:.3f}** ({100 * result['error']:+.1f}%), "
+        f"{'inside' if result['within_interval'] else 'outside'} the interval, "
+        f"{result['extrapolation']:.3g}x past the ladder's largest budget"
+    )
+    out.metadata.update(markdown={"forecast": headline}, result=result, downstream=downstream, plots=plots)

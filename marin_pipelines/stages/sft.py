@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from marin_pipelines.evals.checkpoint_eval import heldout_fingerprint
-from marin_pipelines.stages.train import LOSS_CHECK
+from marin_pipelines.stages.train import LOSS_CHECK, RUN_HEADLINE
 from marin_pipelines.steps import InputError, StepContext, stage
 from marin_pipelines.store import Artifact, PendingArtifact, read_url
 from marin_pipelines.tokenize import demo_chat
@@ -81,7 +81,14 @@ class SFTRunConfig(BaseModel):
     chat_template: str = Field(DEFAULT_TEMPLATE, description="Jinja, as in tokenizer_config.json")
 
 
-@stage(SFTRunConfig, group="post_training", kinds=("jax",), checks=LOSS_CHECK, needs=("launcher",))
+@stage(
+    SFTRunConfig,
+    group="post_training",
+    kinds=("jax",),
+    checks=LOSS_CHECK,
+    needs=("launcher",),
+    headline=RUN_HEADLINE,
+)
 def sft_checkpoint(
     ctx: StepContext, out: PendingArtifact, config: SFTRunConfig, checkpoint: Artifact, chat_data: Artifact
 ) -> None:

@@ -212,8 +212,19 @@ def mixture_of_inputs(ctx: StepContext, mixture: MixtureConfig, caches: dict[str
         raise InputError(f"{ctx.step.name}: {e}") from None
 
 
+RUN_HEADLINE = ("final_loss", "tokens_seen", "mfu", "params", "active_params")  # what a run is judged by
+
+
 # revision 2: orbax
-@stage(TrainRunConfig, revision=2, group="train", kinds=("jax",), checks=LOSS_CHECK, needs=("launcher",))
+@stage(
+    TrainRunConfig,
+    revision=2,
+    group="train",
+    kinds=("jax",),
+    checks=LOSS_CHECK,
+    needs=("launcher",),
+    headline=RUN_HEADLINE,
+)
 def checkpoint(
     ctx: StepContext,
     out: PendingArtifact,
@@ -251,6 +262,7 @@ def isoflop_partition_keys(config: IsoflopRunsConfig, strict: bool = False) -> l
     checks=LOSS_CHECK,
     needs=("launcher",),
     partition_keys=isoflop_partition_keys,
+    headline=RUN_HEADLINE,
 )
 def isoflop_checkpoint(
     ctx: StepContext,

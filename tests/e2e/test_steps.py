@@ -181,14 +181,20 @@ def test_a_second_experiment_recomputes_none_of_the_shared_steps(ablation):
 
 
 def test_the_comparison_holds_every_variant(ablation):
-    root, _, experiment, _, _ = ablation
+    root, _, experiment, _, second = ablation
     comparison = experiment.step("small_ablation/comparison")
     artifact = ArtifactStore(root).get(comparison.key, comparison.version)
     meta = artifact.metadata
-    assert meta["variants"] == ["base", "hot"] and set(meta["validation_loss"]) == {"base", "hot"}
+    assert meta["metric"] == "own-data validation loss" and meta["best"] in ("base", "hot")
+    assert meta["markdown"]["verdict"].splitlines()[1].startswith("- hot **")
     assert "hotter learning rate" in meta["markdown"]["hypothesis"]
-    assert "base" in meta["markdown"]["comparison"] and "hot" in meta["markdown"]["comparison"]
-    assert (artifact.path / "loss_curves.png").stat().st_size > 1000
+    assert "| metric | base | hot |" in meta["markdown"]["comparison"]
+    for plot in ("loss_curves.png", "loss_vs_baseline.png", "scores.png"):
+        assert (artifact.path / plot).stat().st_size > 1000
+    # the UI shows the answer first: the verdict, the hypothesis and the table, then the plots, then where
+    shown = next(m.metadata for m in second.materialized if m.asset == "small_ablation/comparison")
+    assert list(shown)[:5] == ["verdict", "hypothesis", "comparison", "best", "metric"]
+    assert list(shown)[-6:] == ["path", "version", "reused", "files", "bytes", "wall_seconds"]
 
 
 def test_the_execution_record_lists_every_step_and_the_runs(ablation, monkeypatch):

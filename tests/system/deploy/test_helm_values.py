@@ -420,7 +420,10 @@ def test_document_jobs_get_run_pods_of_the_size_marin_env_sets(
         monkeypatch.setenv(name, value)
     defs = Definitions.merge(experiment_definitions([demo.demo]), Definitions(resources=default_resources()))
     snapshot, pipeline = defs.resolve_job_def("demo_crawl_snapshot"), defs.resolve_job_def("demo_pipeline")
-    assert snapshot.run_tags == pipeline.run_tags == data_run_tags(marin_env) != {}
+    sizes = data_run_tags(marin_env)
+    assert sizes and all(job.run_tags.items() >= sizes.items() for job in (snapshot, pipeline))
+    assert snapshot.run_tags["marin/crawl"] == "demo/crawl"
+    assert pipeline.run_tags["marin/experiment"] == "demo"
 
     sized = run_worker_container(instance, dict(snapshot.run_tags), tmp_path).resources
     data = {"cpu": marin_env["MARIN_K8S_DATA_CPU"], "memory": marin_env["MARIN_K8S_DATA_MEMORY"]}

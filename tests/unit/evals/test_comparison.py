@@ -91,8 +91,8 @@ def test_table_holds_every_variant_and_metric(ablation, tmp_path):
     rows = table_rows(metadata)
     assert list(rows) == [
         "final training loss",
-        "validation loss",
-        "bits-per-byte",
+        "own-data validation loss",
+        "own-data bits-per-byte",
         "bpb/main",
         "marin_python_mc/acc",
         "marin_python_text/word_perplexity",
@@ -104,12 +104,17 @@ def test_table_holds_every_variant_and_metric(ablation, tmp_path):
         "train wall seconds",
     ]
     assert all(len(cells) == 3 for cells in rows.values())
-    assert rows["validation loss"] == ["3.2000", "**3.1000**", "3.3000"]
+    assert rows["own-data validation loss"] == ["3.2000", "**3.1000**", "3.3000"]
     assert rows["params (non-embedding)"] == ["45,678"] * 3
     assert rows["skipped updates"] == ["1", "0", "0"]
-    assert metadata["variants"] == ["zloss_0", "zloss_1e-4", "zloss_1e-3"]
     assert metadata["markdown"]["hypothesis"] == "z-loss stabilises training"
-    assert metadata["plots"] == {"loss_curves": "loss_curves.png", "scores": "scores.png"}
+    assert list(metadata) == ["markdown", "best", "metric", "plots"]  # the order the UI shows them in
+    assert list(metadata["markdown"]) == ["verdict", "hypothesis", "comparison"]
+    assert metadata["plots"] == {
+        "loss_vs_baseline": "loss_vs_baseline.png",
+        "loss_curves": "loss_curves.png",
+        "scores": "scores.png",
+    }
 
 
 def test_bold_marks_the_best_in_each_direction(ablation, tmp_path):
@@ -117,24 +122,35 @@ def test_bold_marks_the_best_in_each_direction(ablation, tmp_path):
     assert rows["final training loss"] == ["3.7000", "**3.6000**", "3.8000"]  # lower is better
     assert rows["bpb/main"] == ["1.9000", "**1.8000**", "2.0000"]
     assert rows["marin_python_mc/acc"] == ["0.4000", "0.3500", "**0.4500**"]  # higher is better
-    assert rows["marin_python_text/word_perplexity"] == ["320.0000", "**310.0000**", "330.0000"]
+    assert rows["marin_python_text/word_perplexity"] == ["320.0", "**310.0**", "330.0"]  # 4 digits
     assert not any("**" in cell for cell in rows["FLOPs"])  # a quantity, not a score
 
 
-def test_best_and_differences_against_the_first_variant(ablation, tmp_path):
+def test_the_verdict_on_the_hypothesis_metrics_comes_first(ablation, tmp_path):
+    """Each variant against the baseline on each metric the hypothesis names, with the difference and
+    which way it goes; the first metric decides the best."""
+    metadata = compare_variants(ablation, "", tmp_path, metrics=["marin_python_mc/acc", "bpb/main"])
+    assert metadata["metric"] == "marin_python_mc/acc" and metadata["best"] == "zloss_1e-3"
+    accuracy, bpb = metadata["markdown"]["verdict"].split("\n\n")
+    assert accuracy.splitlines() == [
+        "**marin_python_mc/acc** (higher is better), against zloss_0:",
+        "- zloss_1e-4 **worse**: 0.3500 vs 0.4000, -0.05 (-12.5%)",
+        "- zloss_1e-3 **better**: 0.4500 vs 0.4000, +0.05 (+12.5%)",
+    ]
+    assert bpb.splitlines()[1] == "- zloss_1e-4 **better**: 1.8000 vs 1.9000, -0.1 (-5.3%)"
+
+
+def test_without_metrics_the_own_data_validation_loss_decides(ablation, tmp_path):
     metadata = compare_variants(ablation, "", tmp_path)
-    assert metadata["best"] == "zloss_1e-4"
-    assert metadata["validation_loss"] == {"zloss_0": 3.2, "zloss_1e-4": 3.1, "zloss_1e-3": 3.3}
-    assert metadata["bits_per_byte"] == {"zloss_0": 1.9, "zloss_1e-4": 1.8, "zloss_1e-3": 2.0}
-    assert list(metadata["differences"]) == ["zloss_1e-4", "zloss_1e-3"]
-    assert metadata["differences"]["zloss_1e-4"] == {
-        "validation_loss": pytest.approx(-0.1),
-        "bits_per_byte": pytest.approx(-0.1),
-    }
-    assert metadata["differences"]["zloss_1e-3"] == {
-        "validation_loss": pytest.approx(0.1),
-        "bits_per_byte": pytest.approx(0.1),
-    }
+    assert metadata["metric"] == "own-data validation loss" and metadata["best"] == "zloss_1e-4"
+    assert metadata["markdown"]["verdict"].startswith("**own-data validation loss** (lower is better)")
+
+
+def test_a_metric_the_table_lacks_is_named_with_those_it_has(ablation, tmp_path):
+    with pytest.raises(ValueError, match=r"\['chat/nowhere'\] are not scores.*'bpb/main'"):
+        compare_variants(ablation, "", tmp_path, metrics=["chat/nowhere"])
+    with pytest.raises(ValueError, match=r"\['FLOPs'\] are not scores"):  # a quantity has no better
+        compare_variants(ablation, "", tmp_path, metrics=["FLOPs"])
 
 
 def test_plots_are_real_pngs(ablation, tmp_path):
@@ -149,14 +165,16 @@ def test_comparison_json_round_trips(ablation, tmp_path):
     metadata = compare_variants(ablation, "  z-loss helps  ", tmp_path)
     record = json.loads((tmp_path / "comparison.json").read_text())
     assert record["hypothesis"] == "z-loss helps"
-    for key in ("variants", "best", "validation_loss", "bits_per_byte", "differences", "markdown"):
+    for key in ("best", "metric", "markdown", "plots"):
         assert record[key] == metadata[key]
+    assert record["variants"] == ["zloss_0", "zloss_1e-4", "zloss_1e-3"]
+    assert record["metrics"] == ["own-data validation loss"]
     assert [row["metric"] for row in record["rows"]] == list(table_rows(metadata))
     acc = next(row for row in record["rows"] if row["metric"] == "marin_python_mc/acc")
     assert acc == {
         "metric": "marin_python_mc/acc",
         "better": "higher",
-        "values": dict(zip(metadata["variants"], [0.40, 0.35, 0.45], strict=True)),
+        "values": dict(zip(record["variants"], [0.40, 0.35, 0.45], strict=True)),
     }
     curve = record["loss_curves"]["zloss_0"]
     assert curve["step"] == list(range(8))
@@ -178,10 +196,10 @@ def test_non_finite_numbers_print_and_never_win(tmp_path):
     stable = variant(tmp_path, "stable", loss=3.3, bpb=2.0, acc=0.3)
     metadata = compare_variants([diverged, stable], "", tmp_path)
     rows = table_rows(metadata)
-    assert rows["validation loss"] == ["nan", "**3.3000**"]
-    assert rows["bits-per-byte"] == ["inf", "**2.0000**"]
+    assert rows["own-data validation loss"] == ["nan", "**3.3000**"]
+    assert rows["own-data bits-per-byte"] == ["inf", "**2.0000**"]
     assert metadata["best"] == "stable"
-    assert metadata["differences"]["stable"]["bits_per_byte"] == -math.inf
+    assert metadata["markdown"]["verdict"].splitlines()[1] == "- stable: 3.3000 vs nan, no verdict"
 
 
 def test_no_hypothesis_is_said(ablation, tmp_path):
@@ -228,7 +246,7 @@ def test_an_unreadable_training_file_names_variant_and_path(ablation, tmp_path, 
 
 def test_a_score_that_is_not_a_number_names_the_variant(ablation, tmp_path):
     broken = Variant("broken", ablation[1].checkpoint_dir, {**ablation[1].evals, "loss": "3.1"})
-    with pytest.raises(ValueError, match="'broken'.*validation loss"):
+    with pytest.raises(ValueError, match="'broken'.*own-data validation loss"):
         compare_variants([ablation[0], broken], "", tmp_path)
 
 
