@@ -11,11 +11,12 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from marin_pipelines.evals.lm_eval_adapter import JaxLM
+if TYPE_CHECKING:  # the adapter brings lm-eval, JAX and Flax: not for who only lists the shipped tasks
+    from marin_pipelines.evals.lm_eval_adapter import JaxLM
 
 SHIPPED_TASKS_DIR = Path(__file__).parent / "tasks"
 SHIPPED_TASKS = ("marin_python_mc", "marin_python_cloze", "marin_python_qa", "marin_python_text")

@@ -69,13 +69,11 @@ class LlamaConfig(BaseModel):
         """Matmul parameters of all layers; ``active``: only those one token passes through (MoE: top_k)."""
         d, kv = self.d_model, self.n_kv_heads * self.head_dim
         attention = d * d + 2 * d * kv + d * d  # wq, wk, wv, wo
-        total = 0
-        for layer in range(self.n_layers):
-            if self.is_moe_layer(layer):
-                assert self.moe is not None
-                total += attention + self.moe.layer_params(self.d_model, self.d_ff)[active]
-            else:
-                total += attention + 3 * d * self.d_ff  # w_gate, w_up, w_down
+        moe_layers = 0 if self.moe is None else self.n_layers // self.moe.every  # is_moe_layer's count
+        total = self.n_layers * attention + (self.n_layers - moe_layers) * 3 * d * self.d_ff  # gate, up, down
+        if moe_layers:  # counted, not looped: a ladder's planning asks this of tens of thousands of shapes
+            assert self.moe is not None
+            total += moe_layers * self.moe.layer_params(self.d_model, self.d_ff)[active]
         return total
 
     def num_params(self, include_embeddings: bool = True, active: bool = False) -> int:
