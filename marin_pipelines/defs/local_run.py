@@ -10,7 +10,9 @@ This is what `make demo`, `marin-pipelines experiment NAME` and the end-to-end t
 A step whose output is complete at its version (and passes its blocking checks) starts no run: its checks
 are evaluated on the stored output here, and a run selects only the steps still missing. A rerun that finds
 everything done starts no Dagster run at all (seconds, not a minute of run bookkeeping), and leaves no new
-event in the instance: the output is the same data version the instance already shows.
+event in the instance where it already shows the output at that version; where it does not (made by
+another instance or a store shared with another machine), the output is reported to it once, so that the UI
+shows every asset of the experiment materialised.
 """
 
 from __future__ import annotations
@@ -19,7 +21,14 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from dagster import AssetCheckSeverity, DagsterInstance, Definitions, ExecuteInProcessResult
+from dagster import (
+    AssetCheckSeverity,
+    AssetMaterialization,
+    AssetRecordsFilter,
+    DagsterInstance,
+    Definitions,
+    ExecuteInProcessResult,
+)
 
 from marin_pipelines.defs.automation import (
     EXPERIMENT_RUN_TAG,
@@ -146,7 +155,9 @@ def materialize_experiment(
     report = ExperimentRun()
     defs: Definitions | None = None  # built on the first run needed: a rerun with everything done needs none
     for run in run_plan(experiment, steps):
-        missing = [step for step in run.steps if not _reuse_stored(report, store, step, run.partition)]
+        missing = [
+            step for step in run.steps if not _reuse_stored(report, store, step, run.partition, instance)
+        ]
         if not missing:
             continue
         if defs is None:  # the assets and resources bring the launchers' clients: only for a run
@@ -175,7 +186,9 @@ def materialize_experiment(
     return report
 
 
-def _reuse_stored(report: ExperimentRun, store: ArtifactStore, step: Step, partition: str | None) -> bool:
+def _reuse_stored(
+    report: ExperimentRun, store: ArtifactStore, step: Step, partition: str | None, instance: DagsterInstance
+) -> bool:
     """Report ``step``'s complete output (and its checks, evaluated on it) as reused, as its run would;
     False when it is missing, or fails a blocking check: its run reports that, and blocks what follows."""
     artifact = store.get(step.key, step.version, partition)
@@ -189,13 +202,31 @@ def _reuse_stored(report: ExperimentRun, store: ArtifactStore, step: Step, parti
         return False
     label = step.name + (f" [{partition}]" if partition else "")
     log.info(f"{label}: reused version {step.version} ({artifact.url}), no run needed")
-    report.materialized.append(
-        Materialized(
-            step.name, partition, True, _plain(dagster_metadata(artifact, True, step.stage.headline))
-        )
-    )
+    metadata = dagster_metadata(artifact, True, step.stage.headline)
+    _record_in_instance(instance, step, partition, metadata)
+    report.materialized.append(Materialized(step.name, partition, True, _plain(metadata)))
     report.checks += checks
     return True
+
+
+def _record_in_instance(
+    instance: DagsterInstance, step: Step, partition: str | None, metadata: dict[str, Any]
+) -> None:
+    """An output found complete in the store that this instance never saw materialised at its version (made
+    by another instance, or before the command line recorded its runs in the UI's) is reported to it, once:
+    else the UI would show the asset as never materialised while every run reuses it."""
+    key = asset_key(step)
+    found = instance.fetch_materializations(
+        AssetRecordsFilter(key, asset_partitions=[partition] if partition else None), limit=1
+    ).records
+    latest = found[0].asset_materialization if found else None
+    version = latest.metadata.get("version") if latest is not None else None
+    if getattr(version, "value", version) == step.version:
+        return
+    description = "found complete in the store at this version and reused (made elsewhere)"
+    instance.report_runless_asset_event(
+        AssetMaterialization(key, partition=partition, description=description, metadata=metadata)
+    )
 
 
 def _materialized(result: ExecuteInProcessResult) -> list[Materialized]:

@@ -250,3 +250,23 @@ def test_dry_run_says_what_is_done_and_why_a_hash_forked(ablation, capsys, tmp_p
     assert steps["small/run"]["changed"]["config"] == ["train.seed"]
     assert steps["small/eval"]["changed"]["inputs"] == ["checkpoint"]
     assert all(s["output"].startswith(root) for s in out["steps"])
+
+
+def test_outputs_made_elsewhere_show_as_materialised_in_this_instance_once(ablation):
+    """Another instance (the UI's, say) finds every step done in the store: it starts no run, and each
+    asset is reported to it once at its version, so that the UI shows none as never materialised."""
+    root, baseline, _, _, _ = ablation
+    from dagster import AssetKey, DagsterEventType, EventRecordsFilter
+
+    elsewhere = DagsterInstance.ephemeral()
+    run = materialize_experiment(baseline, root, elsewhere)
+    assert run.run_ids == [] and {m.asset for m in run.materialized if not m.reused} == set()
+
+    def events() -> list:
+        return elsewhere.get_event_records(EventRecordsFilter(DagsterEventType.ASSET_MATERIALIZATION))
+
+    recorded = {record.event_log_entry.dagster_event.asset_key for record in events()}
+    assert recorded == {AssetKey(step.name.split("/")) for step in baseline.all_steps}
+    assert all(record.asset_materialization.metadata["reused"].value for record in events())
+    materialize_experiment(baseline, root, elsewhere)  # known at these versions now: nothing reported again
+    assert len(events()) == len(recorded)
