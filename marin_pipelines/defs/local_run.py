@@ -31,13 +31,13 @@ from dagster import (
 )
 
 from marin_pipelines.defs.automation import (
-    EXPERIMENT_RUN_TAG,
     after_ladders,
     after_ladders_job,
     ladder_job,
     partition_sources,
     partitioned_by,
     pipeline_job,
+    run_tags,
     snapshot_job,
 )
 from marin_pipelines.defs.step_assets import asset_key, dagster_metadata, snapshot_partitions
@@ -99,33 +99,31 @@ class PlannedRun:
     steps: list[Step]
     partition: str | None
     job: str
-    tags: dict[str, str] = field(default_factory=dict)
 
 
 def run_plan(experiment: Experiment, steps: list[Step]) -> list[PlannedRun]:
     """The runs of ``steps`` (the experiment's, or some of them), in an order where every run finds its
-    inputs done, each under the job that runs those steps from the UI and tagged with the experiment."""
-    tags = {EXPERIMENT_RUN_TAG: experiment.name}
+    inputs done, each under the job that runs those steps from the UI."""
     plan: list[PlannedRun] = []
     for crawl in partition_sources(steps, "snapshot"):
         keys = crawl.partition_keys(strict=True)  # a missing crawl root: its clear error
-        plan += [PlannedRun(partitioned_by(steps, crawl), key, snapshot_job(crawl), tags) for key in keys]
+        plan += [PlannedRun(partitioned_by(steps, crawl), key, snapshot_job(crawl)) for key in keys]
     ladders = partition_sources(steps, "ladder")
     ladder_steps = [s for ladder in ladders for s in partitioned_by(steps, ladder)]
     before = [s for s in topological(ladder_steps) if s.partitioning is None]
     if before:
-        plan.append(PlannedRun(before, None, pipeline_job(experiment), tags))
+        plan.append(PlannedRun(before, None, pipeline_job(experiment)))
     for ladder in ladders:
         plan += [
-            PlannedRun(partitioned_by(steps, ladder), key, ladder_job(ladder), tags)
+            PlannedRun(partitioned_by(steps, ladder), key, ladder_job(ladder))
             for key in ladder.partition_keys()
         ]
     later = after_ladders(steps)
     rest = [s for s in steps if s.partitioning is None and s not in before]
     if pipeline := [s for s in rest if id(s) not in later]:
-        plan.append(PlannedRun(pipeline, None, pipeline_job(experiment), tags))
+        plan.append(PlannedRun(pipeline, None, pipeline_job(experiment)))
     if following := [s for s in rest if id(s) in later]:
-        plan.append(PlannedRun(following, None, after_ladders_job(experiment), tags))
+        plan.append(PlannedRun(following, None, after_ladders_job(experiment)))
     return plan
 
 
@@ -172,7 +170,7 @@ def materialize_experiment(
             partition_key=run.partition,
             instance=instance,
             run_config=QUIET,
-            tags=run.tags,
+            tags=run_tags([experiment]),  # the experiment run, whichever job's steps it takes
         )
         report.run_ids.append(result.run_id)
         report.materialized += _materialized(result)

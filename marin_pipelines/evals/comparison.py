@@ -132,13 +132,10 @@ def verdict(row: Row, labels: list[str]) -> str:
             continue
         difference = value - base
         relative = f" ({difference / abs(base):+.1%})" if base else ""
-        goes = (
-            "the same"
-            if difference == 0
-            else "better"
-            if (difference < 0) == (row.better == "lower")
-            else "worse"
-        )
+        lower = difference < 0
+        goes = "better" if lower == (row.better == "lower") else "worse"
+        if difference == 0:
+            goes = "the same"
         lines.append(
             f"- {label} **{goes}**: {_format(value, row.better)} vs {_format(base, row.better)}, "
             f"{difference:+.4g}{relative}"
@@ -301,14 +298,18 @@ def plot_loss_difference(curves: dict[str, dict[str, list[Any]]], path: Path) ->
     ax = figure.add_subplot()
     (baseline, base), *others = curves.items()
     at = dict(zip(base["step"], base["loss"], strict=True))
+    apart = []  # variants that logged no step the baseline did: said on the plot, not left out silently
     for i, (label, curve) in enumerate(others, start=1):
         pairs = [(s, loss - at[s]) for s, loss in zip(curve["step"], curve["loss"], strict=True) if s in at]
         if not pairs:
+            apart.append(label)
             continue
         window = max(1, len(pairs) // 10)
         smooth = np.convolve([d for _, d in pairs], np.ones(window) / window, mode="valid")
         ax.plot([s for s, _ in pairs][window - 1 :], smooth, linewidth=1, color=f"C{i}", label=label)
     ax.axhline(0, color="C0", linewidth=1, label=f"{baseline} (baseline)")
+    if apart:
+        ax.text(0.01, 0.02, f"no step in common with {baseline}: {', '.join(apart)}", transform=ax.transAxes)
     ax.legend()
     ax.set_xlabel("step")
     ax.set_ylabel(f"training loss minus {baseline}'s (nats/token)")

@@ -160,15 +160,16 @@ def segment_positions(segments: jax.Array) -> jax.Array:
     return index - jax.lax.cummax(jnp.where(starts, index, 0), axis=1)
 
 
-def attention_implementation(q: jax.Array) -> str | None:
-    """cuDNN's fused attention on a GPU in half precision, where it applies; elsewhere JAX's choice.
+def attention_implementation(q: jax.Array, backend: str | None = None) -> str | None:
+    """cuDNN's fused attention on a GPU (``backend``, default JAX's) in half precision, where it applies
+    (head_dim a multiple of 8, at most 128); elsewhere JAX's choice.
 
     On an H200, XLA's own attention took 160 ms of the 150M model's 258 ms forward and backward; cuDNN's
     brought the pair to 98 ms (``bench/gpu_step_profile.py``, README's GPU section).
     """
     half = q.dtype in (jnp.bfloat16, jnp.float16)
     fits = q.shape[-1] % 8 == 0 and q.shape[-1] <= 128
-    return "cudnn" if jax.default_backend() == "gpu" and half and fits else None
+    return "cudnn" if (backend or jax.default_backend()) == "gpu" and half and fits else None
 
 
 def _out_std(config: LlamaConfig) -> float:

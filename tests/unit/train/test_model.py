@@ -125,8 +125,17 @@ def test_qk_norm_and_bfloat16_compute_stay_close_to_the_reference():
 
 
 def test_cudnn_attention_only_on_gpus_in_half_precision():
-    """cuDNN's fused attention is asked for on a GPU alone; a CPU keeps JAX's choice (the same numbers as
-    before it was chosen), whatever the dtype."""
-    for dtype in (jnp.bfloat16, jnp.float32):
-        assert attention_implementation(jnp.zeros((1, 4, 2, 64), dtype)) is None
-    assert jax.default_backend() == "cpu"
+    """cuDNN's fused attention is asked for on a GPU in bf16/fp16 with a head_dim it takes; a CPU keeps
+    JAX's choice (the same numbers as before it was chosen), whatever the dtype."""
+
+    def q(dtype, head_dim=64):
+        return jnp.zeros((1, 4, 2, head_dim), dtype)
+
+    assert attention_implementation(q(jnp.bfloat16), "gpu") == "cudnn"
+    assert attention_implementation(q(jnp.float16), "gpu") == "cudnn"
+    assert attention_implementation(q(jnp.float32), "gpu") is None
+    assert attention_implementation(q(jnp.bfloat16, head_dim=256), "gpu") is None
+    assert attention_implementation(q(jnp.bfloat16, head_dim=60), "gpu") is None
+    assert attention_implementation(q(jnp.bfloat16), "cpu") is None
+    if jax.default_backend() == "cpu":  # the tests' machine: the model's own choice is JAX's
+        assert attention_implementation(q(jnp.bfloat16)) is None
