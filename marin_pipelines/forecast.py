@@ -46,6 +46,7 @@ from marin_pipelines.scaling.isoflop_ladder import (
     MIN_POINTS,
     IsoflopLadderConfig,
     IsoflopPlan,
+    rung_label,
     target_run,
 )
 from marin_pipelines.scaling.recipe import RecipeRun, recipe
@@ -237,16 +238,10 @@ def check_data(plan: IsoflopPlan, target: RecipeRun, train_tokens: int, max_epoc
         f"{len(runs) + 1} runs would read it more than --max-epochs {max_epochs:g} times. The target "
         f"({target.size} at {budget_key(target.budget)} FLOPs, {target.tokens:,} tokens) needs "
         f"{needed_tokens(target, max_epochs):,} training tokens (it would read the text "
-        f"{epochs(target):.2f} times); the hungriest rung ({rung_label(hungriest.key)}, "
+        f"{epochs(target):.2f} times); the hungriest rung ({hungriest.label}, "
         f"{hungriest.run.tokens:,} tokens) needs {needed_tokens(hungriest.run, max_epochs):,}. Give more "
         "text, lower the budgets and --target, or raise --max-epochs"
     )
-
-
-def rung_label(key: str) -> str:
-    """``2e11|d48l2|s0`` -> ``budget 2e11 d48l2 seed 0``."""
-    budget, size, seed = key.split("|")
-    return f"budget {budget} {size} seed {seed.removeprefix('s')}"
 
 
 def say_plan(plan: IsoflopPlan, ladder: IsoflopLadderConfig, target: RecipeRun, say: Say) -> None:
@@ -264,8 +259,9 @@ def summary(done: StepRun, steps: ForecastSteps, recipe_name: str, cpu: float, s
     trained, evaluated = steps.ladder.checkpoints, steps.ladder.evaluations
     rungs = done.partitions(evaluated)
     for i, key in enumerate(rungs, start=1):
-        loss = rungs[key].metadata["loss"]
-        say(f"rung {i}/{len(rungs)}: {rung_label(key)}: loss {loss:.4f} ({how_made(done, trained, key)})")
+        m = rungs[key].metadata
+        label = rung_label(m["budget_flops"], m["shape"], m["seed"])
+        say(f"rung {i}/{len(rungs)}: {label}: loss {m['loss']:.4f} ({how_made(done, trained, key)})")
     prediction = done.output(steps.target.prediction)
     record = json.loads(prediction.file(FORECAST).read_text())
     low, high = record["prediction"]["low"], record["prediction"]["high"]
@@ -279,7 +275,7 @@ def summary(done: StepRun, steps: ForecastSteps, recipe_name: str, cpu: float, s
     law = done.output(steps.target.scaling_law)
     result = law.metadata["result"]
     target = record["target"]
-    label = f"budget {budget_key(target['budget'])} {target['shape']} seed 0"
+    label = rung_label(target["budget"], target["shape"], 0)
     say(
         f"target: {label}: loss {result['actual']:.4f} ({how_made(done, steps.target.checkpoint)}); "
         f"the result: {law.file(RESULT)}"

@@ -71,11 +71,20 @@ def partitions(step: Step) -> PartitionsDefinition | None:
         return None
     if step.partitioning == "snapshot":
         return snapshot_partitions(source)
-    keys = step.partition_keys()
-    rungs = [key.split("|") for key in keys]
-    if any(len(rung) != 2 for rung in rungs):  # an IsoFLOP ladder's budget|shape|seed: shapes vary by budget
+    return ladder_grid(step.partition_keys())
+
+
+def ladder_grid(keys: list[str]) -> PartitionsDefinition:
+    """A ladder's rungs (``budget|size<rank>``) as the UI's budget x size matrix, where a backfill selects a
+    budget's row or a size's column. A ladder whose budgets do not all sweep the same number of sizes (the
+    recipe refused or merged a point) is no full grid: a flat list of the same keys."""
+    if not keys:
+        return StaticPartitionsDefinition([])
+    budgets, sizes = (
+        list(dict.fromkeys(values)) for values in zip(*(k.split("|") for k in keys), strict=True)
+    )
+    if len(keys) != len(budgets) * len(sizes):
         return StaticPartitionsDefinition(keys)
-    budgets, sizes = (list(dict.fromkeys(values)) for values in zip(*rungs, strict=True))  # every budget|size
     return MultiPartitionsDefinition(
         {"budget": StaticPartitionsDefinition(budgets), "size": StaticPartitionsDefinition(sizes)}
     )

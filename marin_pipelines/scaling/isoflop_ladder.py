@@ -63,15 +63,30 @@ def plan_budget(
 
 @dataclass(frozen=True)
 class IsoflopRung:
-    """One run of the ladder: the recipe's run at one budget and size, with one seed."""
+    """One run of the ladder: the recipe's run at one budget and size, with one seed. ``rank`` is the
+    size's place in its budget's sweep (1: the smallest); ``seeded``: the ladder has several seeds."""
 
     run: RecipeRun
     seed: int
+    rank: int
+    seeded: bool = False
 
     @property
     def key(self) -> str:
-        """Its partition key, ``budget|shape|s<seed>``, e.g. ``2e11|d48l2|s0``."""
-        return f"{budget_key(self.run.budget)}|{self.run.size}|s{self.seed}"
+        """Its partition key, a cell of the budget x size grid: ``2e11|size3`` (``2e11|size3-seed1`` on a
+        ladder of several seeds). Sizes are ranks, not shapes: each budget sweeps its own shapes, and a
+        rank is a column every budget has."""
+        column = f"size{self.rank}" + (f"-seed{self.seed}" if self.seeded else "")
+        return f"{budget_key(self.run.budget)}|{column}"
+
+    @property
+    def label(self) -> str:
+        """What a person reads: ``budget 2e11 d48l2 seed 0``."""
+        return rung_label(self.run.budget, self.run.size, self.seed)
+
+
+def rung_label(budget: float, shape: str, seed: int) -> str:
+    return f"budget {budget_key(budget)} {shape} seed {seed}"
 
 
 @dataclass(frozen=True)
@@ -103,11 +118,11 @@ def plan_rungs(
     for budget in sorted(budgets):
         key = budget_key(budget)
         runs, refused[key], merged[key] = plan_budget(recipe, budget, vocab_size, seq_len, points_per_budget)
-        for run in runs:
+        for rank, run in enumerate(runs, start=1):
             for seed in range(seeds):
                 seeded = base.model_copy(update={"seed": seed})
                 again = recipe.run(budget, vocab_size, seq_len, params=run.params, base=seeded)
-                rungs.append(IsoflopRung(again, seed))
+                rungs.append(IsoflopRung(again, seed, rank, seeded=seeds > 1))
     return IsoflopPlan(rungs, refused, merged)
 
 

@@ -56,6 +56,9 @@ def tasks_scored(artifact: Artifact) -> tuple[bool, dict[str, Any]]:
     return not missing, {"requested": len(requested), "missing": ", ".join(missing) or "none"}
 
 
+RUNG_FIELDS = ("budget_flops", "shape", "seed")  # a ladder rung's place, from its checkpoint to the law
+
+
 @stage(
     EvalStepConfig,
     revision=2,
@@ -116,6 +119,7 @@ def eval_results(
         scores=flat,
         tasks=config.evals.tasks,
         evaluated_on=reported[-1] if reported else "not reported",
+        **{field: trained[field] for field in RUNG_FIELDS if field in trained},  # which rung, on a ladder
     )
     table = {"results": results_table(flat)}
     previous = next(

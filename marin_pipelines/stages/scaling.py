@@ -173,15 +173,14 @@ def ladder_informative(artifact: Artifact) -> tuple[bool, dict[str, Any]]:
     }
 
 
-def isoflop_run(key: str, evals: Artifact) -> dict[str, Any]:
-    """One rung's record for the fits and the table, from its partition key (``budget|shape|s<seed>``) and
-    its evaluation: the loss the frontier fits and every score a downstream forecast may use."""
-    budget, size, seed = key.split("|")
+def isoflop_run(evals: Artifact) -> dict[str, Any]:
+    """One rung's record for the fits and the table, from its evaluation (which names the rung's budget,
+    shape and seed): the loss the frontier fits and every score a downstream forecast may use."""
     m = evals.metadata
     return {
-        "budget": float(budget),
-        "size": size,
-        "seed": int(seed.removeprefix("s")),
+        "budget": m["budget_flops"],
+        "size": m["shape"],
+        "seed": m["seed"],
         "params": m["params"],
         "tokens": m["train_tokens"],
         "flops": m["flops"],
@@ -211,7 +210,7 @@ def isoflop_forecast(
     It reads the rungs' training caches (``caches``: the mixture's further inputs) for the diagnostics:
     the unigram baseline every rung should beat and how often the target reads its data."""
     keys = sorted(ladder_eval_results)
-    runs = [isoflop_run(key, ladder_eval_results[key]) for key in keys]
+    runs = [isoflop_run(ladder_eval_results[key]) for key in keys]
     vocab_size = tokenized_cache.metadata["vocab_size"]
     model, train = config.target.resolve(vocab_size)
     budget = config.target.target["target_budget"]  # type: ignore[index]

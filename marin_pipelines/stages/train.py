@@ -247,7 +247,7 @@ _RUNG_KEYS: dict[str, list[str]] = {}  # config JSON -> rungs: planning takes 0.
 
 
 def isoflop_partition_keys(config: IsoflopRunsConfig, strict: bool = False) -> list[str]:
-    """One partition per rung, ``budget|shape|s<seed>``, planned once per config."""
+    """One partition per rung, ``budget|size<rank>`` (a budget x size grid), planned once per config."""
     key = config.model_dump_json()
     if key not in _RUNG_KEYS:
         _RUNG_KEYS[key] = [rung.key for rung in config.ladder.plan(config.train).rungs]
@@ -272,11 +272,14 @@ def isoflop_checkpoint(
     **caches: Artifact,
 ) -> None:
     """One rung of an IsoFLOP ladder: the recipe's run at one budget, size and seed (on the further caches
-    its mixture names as inputs too)."""
+    its mixture names as inputs too). The rungs are a budget x size grid: ``size1`` is the smallest model
+    of its budget's sweep; its shape (``d48l2``: width 48, 2 layers) and seed are in its metadata."""
     rung = config.ladder.rung(str(out.partition), config.train)
     model, train = rung.run.model, rung.run.train
     check_vocabulary(tokenized_cache.metadata["vocab_size"], model)
     mixture = mixture_of_inputs(ctx, config.data_mixture, caches)
     check_trainable(tokenized_cache, mixture, model, train)
     run_training(out, tokenized_cache, ctx.launcher, mixture, model, train)
-    out.metadata.update(budget_flops=rung.run.budget, seed=rung.seed, rung=rung.run.describe())
+    out.metadata.update(
+        budget_flops=rung.run.budget, shape=rung.run.size, seed=rung.seed, rung=rung.run.describe()
+    )

@@ -215,9 +215,10 @@ def test_every_rung_is_one_row_of_the_table_and_the_package_text_funnel_is_conse
     table = pl.read_parquet(prediction.file("rungs.parquet"))
     assert table.height == len(RUNGS)
     assert table.columns[:7] == ["budget", "size", "seed", "params", "tokens", "flops", "loss"]
-    assert sorted(
-        f"{b:.3g}|{s}|s{d}".replace("+", "") for b, s, d in table.select("budget", "size", "seed").rows()
-    ) == sorted(RUNGS)
+    rungs = [ladder.checkpoints.config.ladder.rung(key).run for key in RUNGS]
+    assert sorted(table.select("budget", "size", "seed").rows()) == sorted(
+        (r.budget, r.size, 0) for r in rungs
+    )
     assert (table["flops"] / table["budget"]).is_between(0.8, 1.25).all()  # each rung spends its budget
     assert table["bpb/held"].is_not_null().all() and table["bpb/extra"].is_not_null().all()
     for text in (extra.cache.inputs["curated_text"], held.cache.inputs["curated_text"]):

@@ -7,10 +7,13 @@ from dagster import (
     AssetMaterialization,
     DagsterInstance,
     Definitions,
+    MultiPartitionsDefinition,
+    StaticPartitionsDefinition,
     evaluate_automation_conditions,
 )
 
 from marin_pipelines.defs.experiments_component import experiment_definitions
+from marin_pipelines.defs.step_assets import ladder_grid
 from marin_pipelines.experiments import demo
 from marin_pipelines.resources import default_resources
 
@@ -32,7 +35,11 @@ def test_the_chain_after_a_ladder_rolls_forward_in_order():
     assert "after_ladders" in {s.name for s in defs.sensors}
     instance = DagsterInstance.ephemeral()
     rungs = defs.resolve_asset_graph().get(AssetKey(demo.ladder.evaluations.key)).partitions_def
+    assert isinstance(rungs, MultiPartitionsDefinition)  # the UI's budget x size matrix
+    dimensions = {d.name: d.partitions_def.get_partition_keys() for d in rungs.partitions_defs}
+    assert dimensions == {"budget": ["1e11", "2e11", "4e11"], "size": ["size1", "size2", "size3", "size4"]}
     keys = rungs.get_partition_keys()
+    assert sorted(keys) == sorted(demo.ladder.checkpoints.partition_keys())
     materialized(instance, demo.tokens.cache)
     materialized(instance, demo.code_tokens.cache)  # the mixture's other cache
     materialized(instance, demo.ladder.evaluations, keys[:-1])  # the backfill is not complete yet
@@ -50,3 +57,9 @@ def test_the_chain_after_a_ladder_rolls_forward_in_order():
     asked, cursor = requested(defs, instance, cursor)
     assert demo.target.evaluation.name in asked and demo.target.scaling_law.name in asked
     assert demo.target.checkpoint.name not in asked  # done: not asked again
+
+
+def test_a_ladder_whose_budgets_sweep_different_numbers_of_sizes_is_a_flat_list():
+    ragged = ["1e10|size1", "1e10|size2", "1e10|size3", "2e10|size1", "2e10|size2"]
+    assert isinstance(ladder_grid(ragged), StaticPartitionsDefinition)
+    assert ladder_grid(ragged).get_partition_keys() == ragged

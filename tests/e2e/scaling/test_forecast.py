@@ -140,9 +140,10 @@ def test_the_forecast_is_written_before_its_target_trains(forecast):
         "2e10": ("d8l2", "d16l2", "d32l2"),
         "4e10": ("d8l2", "d24l2", "d48l2"),
     }
-    assert keys == [f"{b}|{s}|s0" for b, sizes in shapes.items() for s in sizes]
-    for key in keys:
-        assert output(steps.ladder.evaluations, key).metadata["loss"] > 0
+    assert keys == [f"{b}|size{i}" for b in shapes for i in (1, 2, 3)]  # the budget x size grid
+    for key, shape in zip(keys, [s for sizes in shapes.values() for s in sizes], strict=True):
+        evaluated = output(steps.ladder.evaluations, key).metadata
+        assert evaluated["loss"] > 0 and (evaluated["shape"], evaluated["seed"]) == (shape, 0)
     assert lines[-1].startswith("target: budget 1e11 d32l2 seed 0: loss ")
     ladder = [line for line in lines if line.startswith("rung ")]
     assert len(ladder) == 9 and ladder[0].startswith("rung 1/9: budget 1e10 d8l2 seed 0: loss ")

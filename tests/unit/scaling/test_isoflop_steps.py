@@ -28,12 +28,16 @@ def test_the_partitions_are_the_recipes_rungs_with_their_seeds():
     plan = config.ladder.plan()
     assert keys == [r.key for r in plan.rungs] and len(keys) == len(set(keys))
     assert len(keys) == 2 * len({(r.run.budget, r.run.size) for r in plan.rungs}) >= 2 * 3 * 3
-    budget, shape, seed = keys[1].split("|")
-    rung = config.ladder.rung(keys[1])
-    assert (budget, shape, seed) == ("1e10", rung.run.size, "s1") and rung.run.train.seed == 1
+    assert keys[:4] == ["1e10|size1-seed0", "1e10|size1-seed1", "1e10|size2-seed0", "1e10|size2-seed1"]
+    rung = config.ladder.rung(keys[3])
+    smallest = config.ladder.rung(keys[0])
+    assert rung.run.train.seed == 1 and rung.run.params > smallest.run.params and rung.run.budget == 1e10
+    assert rung.label == f"budget 1e10 {rung.run.size} seed 1"
     assert keys == isoflop_partition_keys(config)  # planned from the config alone, the same every load
-    with pytest.raises(KeyError, match="no rung '1e10|d999l9|s0'"):
-        config.ladder.rung("1e10|d999l9|s0")
+    one_seed = IsoflopRunsConfig(ladder=IsoflopLadderConfig(**LADDER))
+    assert isoflop_partition_keys(one_seed)[:2] == ["1e10|size1", "1e10|size2"]
+    with pytest.raises(KeyError, match="no rung '1e10|size99'"):
+        config.ladder.rung("1e10|size99")
 
 
 def test_the_target_is_the_recipes_run_and_its_vocabulary_holds_the_tokenizers():
