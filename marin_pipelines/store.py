@@ -55,8 +55,11 @@ def default_store_root() -> str:
 
 
 def cache_dir() -> Path:
-    """Local disk for copies of remote artifacts and scratch work: ``MARIN_CACHE_DIR`` or ~/.cache."""
-    return Path(os.environ.get("MARIN_CACHE_DIR") or Path.home() / ".cache" / "marin-pipelines")
+    """Local disk for copies of remote artifacts, scratch work and compiled programs: ``MARIN_CACHE_DIR``,
+    else the user's cache folder (``$XDG_CACHE_HOME``, else ~/.cache) under ``marin-pipelines``."""
+    if os.environ.get("MARIN_CACHE_DIR"):
+        return Path(os.environ["MARIN_CACHE_DIR"])
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "marin-pipelines"
 
 
 def _sha256(path: Path) -> str:

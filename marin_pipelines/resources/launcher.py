@@ -29,6 +29,7 @@ from marin_pipelines.evals.launch_config import EvalLaunch
 from marin_pipelines.orphans import launched_env
 from marin_pipelines.resources.multi_host import HostGroup, env_list, jobset
 from marin_pipelines.store import STORE_ROOT
+from marin_pipelines.train.compilation_cache import compilation_cache_env, default_compilation_cache
 from marin_pipelines.train.launch_config import TrainingLaunch
 
 # lm-eval's and datasets' progress bars: an evaluation of the shipped tasks takes seconds, its bars are noise
@@ -54,11 +55,7 @@ class LauncherResource(ConfigurableResource):
         """``env``, on top of the compilation cache's settings (every compiled program is kept)."""
         if not self.compilation_cache:
             return dict(self.env)
-        cache = {
-            "JAX_COMPILATION_CACHE_DIR": self.compilation_cache,
-            "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
-        }
-        return {**cache, **self.env}
+        return {**compilation_cache_env(self.compilation_cache), **self.env}
 
     def launch(
         self, context: AssetExecutionContext, args: list[str], env: dict[str, str] | None = None
@@ -94,7 +91,7 @@ class LocalLauncher(LauncherResource):
     """A subprocess on this machine (CPU JAX unless the machine has an accelerator): the default."""
 
     python: str = Field(default=sys.executable, description="interpreter that has marin_pipelines installed")
-    compilation_cache: str | None = str(Path.cwd() / ".marin" / "jax_cache")
+    compilation_cache: str | None = default_compilation_cache()  # the user's: shared by clones and tests
 
     def progress_bar(self) -> bool:
         return sys.stderr.isatty()  # `make demo` in a terminal: the bar; tests and logs: none
