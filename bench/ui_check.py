@@ -3,8 +3,8 @@
 entries of its comparison, and each ladder's partition dimensions.
 
 Starts ``dagster-webserver`` on 127.0.0.1 over the project instance (``DAGSTER_HOME``, else this folder) and
-stops it after. Too slow for the tests (the webserver loads every experiment); run it after ``make demo``
-and an experiment: ``.venv/bin/python bench/ui_check.py sft_demo``.
+stops it after; run it after ``make demo`` and an experiment: ``.venv/bin/python bench/ui_check.py sft_demo``.
+``tests/e2e/test_steps.py`` reads a tiny ablation's UI with the same functions.
 """
 
 from __future__ import annotations
@@ -15,9 +15,14 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 RUNS = """query Runs($tags: [ExecutionTag!]) {
   runsOrError(filter: {tags: $tags}) { ... on Runs { results { runId jobName status } } }
@@ -30,9 +35,10 @@ ASSET = """query Asset($path: [String!]!) {
     ... on AssetNode { partitionKeysByDimension { name partitionKeys } }
   }
 }"""
+STARTUP_SECONDS = 180
 
 
-def graphql(url: str, query: str, variables: dict) -> dict:
+def graphql(url: str, query: str, variables: dict[str, Any]) -> dict[str, Any]:
     body = json.dumps({"query": query, "variables": variables}).encode()
     request = urllib.request.Request(url, body, {"Content-Type": "application/json"})
     with urllib.request.urlopen(request, timeout=60) as reply:
@@ -48,6 +54,59 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+@contextmanager
+def webserver(code: list[str], env: dict[str, str]) -> Iterator[str]:
+    """``dagster-webserver`` on 127.0.0.1 over ``code`` (``["-m", module]`` or ``["-f", file]``) and the
+    instance of ``env``'s ``DAGSTER_HOME``: its GraphQL URL, once it has loaded the code."""
+    port = free_port()
+    command = [str(Path(sys.executable).with_name("dagster-webserver")), "-h", "127.0.0.1", "-p", str(port)]
+    with tempfile.TemporaryFile("w+") as log:
+        server = subprocess.Popen(command + code, env=env, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            began = time.monotonic()
+            while True:  # it answers once it has loaded the code location
+                try:
+                    urllib.request.urlopen(f"http://127.0.0.1:{port}/server_info", timeout=5)
+                    break
+                except OSError:
+                    if server.poll() is not None or time.monotonic() - began > STARTUP_SECONDS:
+                        log.seek(0)
+                        raise RuntimeError(f"the webserver did not start: {log.read()[-2000:]}") from None
+                    time.sleep(0.5)
+            yield f"http://127.0.0.1:{port}/graphql"
+        finally:
+            server.terminate()
+            server.wait(timeout=30)
+
+
+@dataclass
+class UIView:
+    """One experiment as the UI shows it."""
+
+    runs: list[dict[str, str]]  # tagged with the experiment: runId, jobName, status
+    never_materialised: list[str]  # assets (not partitioned) with no materialisation
+    first_entries: dict[str, list[str]]  # a comparison's first metadata labels, by step
+    dimensions: dict[str, dict[str, list[str]]]  # a ladder step's partition keys by dimension name
+
+
+def what_the_ui_shows(url: str, experiment: Any) -> UIView:
+    """The runs, materialisations, comparison headlines and ladder grids of ``experiment`` (an
+    ``Experiment``) that the webserver at ``url`` serves."""
+    runs = graphql(url, RUNS, {"tags": [{"key": "marin/experiment", "value": experiment.name}]})
+    view = UIView(runs["runsOrError"]["results"], [], {}, {})
+    for step in experiment.all_steps:
+        data = graphql(url, ASSET, {"path": step.name.split("/")})
+        materializations = (data["assetOrError"] or {}).get("assetMaterializations") or []
+        dimensions = (data["assetNodeOrError"] or {}).get("partitionKeysByDimension") or []
+        if not materializations and not dimensions:
+            view.never_materialised.append(step.name)
+        if step.stage.name == "comparison" and materializations:
+            view.first_entries[step.name] = [e["label"] for e in materializations[0]["metadataEntries"]]
+        if step.partitioning == "ladder":
+            view.dimensions[step.name] = {d["name"]: d["partitionKeys"] for d in dimensions}
+    return view
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument(
@@ -58,49 +117,16 @@ def main() -> int:
 
     experiment = discover_experiments()[args.experiment]
     env = {**os.environ, "DAGSTER_HOME": os.environ.get("DAGSTER_HOME") or str(Path.cwd())}
-    port = free_port()
-    server = subprocess.Popen(
-        [str(Path(sys.executable).with_name("dagster-webserver")), "-h", "127.0.0.1", "-p", str(port)]
-        + ["-m", "marin_pipelines.definitions"],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}/graphql"
-    try:
-        began = time.monotonic()
-        while True:  # the webserver answers once it has loaded the code location
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/server_info", timeout=5)
-                break
-            except OSError:
-                if server.poll() is not None or time.monotonic() - began > 180:
-                    raise RuntimeError("the webserver did not start") from None
-                time.sleep(1)
-        runs = graphql(url, RUNS, {"tags": [{"key": "marin/experiment", "value": experiment.name}]})
-        results = runs["runsOrError"]["results"]
-        jobs = sorted({r["jobName"] for r in results})
-        print(
-            f"{experiment.name}: {len(results)} runs tagged marin/experiment={experiment.name}, jobs {jobs}"
-        )
-        missing = []
-        for step in experiment.all_steps:
-            data = graphql(url, ASSET, {"path": step.name.split("/")})
-            materializations = data["assetOrError"].get("assetMaterializations") or []
-            dimensions = (data["assetNodeOrError"] or {}).get("partitionKeysByDimension") or []
-            if not materializations and not dimensions:
-                missing.append(step.name)
-            if step.stage.name == "comparison" and materializations:
-                first = [e["label"] for e in materializations[0]["metadataEntries"]][:5]
-                print(f"  {step.name}: first metadata entries {first}")
-            if step.partitioning == "ladder":
-                named = {d["name"]: len(d["partitionKeys"]) for d in dimensions}
-                print(f"  {step.name}: partition dimensions {named}")
-        print(f"  assets never materialised: {missing or 'none'}")
-        return 1 if missing else 0
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
+    with webserver(["-m", "marin_pipelines.definitions"], env) as url:
+        view = what_the_ui_shows(url, experiment)
+    jobs = sorted({r["jobName"] for r in view.runs})
+    print(f"{experiment.name}: {len(view.runs)} runs tagged marin/experiment={experiment.name}, jobs {jobs}")
+    for step, labels in view.first_entries.items():
+        print(f"  {step}: first metadata entries {labels[:5]}")
+    for step, dimensions in view.dimensions.items():
+        print(f"  {step}: partition dimensions { ({name: len(keys) for name, keys in dimensions.items()}) }")
+    print(f"  assets never materialised: {view.never_materialised or 'none'}")
+    return 1 if view.never_materialised else 0
 
 
 if __name__ == "__main__":

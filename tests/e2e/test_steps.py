@@ -2,12 +2,14 @@
 are found by themselves, comparisons hold every variant, records and dry-runs tell what is done."""
 
 import json
+import os
+import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+import small_ablation
 from dagster import DagsterInstance
-from tiny_pipeline import tiny_tokens
 
 from marin_pipelines.cli import main
 from marin_pipelines.defs.experiments_component import experiment_definitions
@@ -15,20 +17,16 @@ from marin_pipelines.defs.local_run import materialize_experiment
 from marin_pipelines.execution_record import record_name
 from marin_pipelines.experiment import Experiment, ExperimentError, discover_experiments
 from marin_pipelines.experiments.defaults import (
-    compare,
     crawl_and_text,
-    evaluate,
     quality_and_curation,
     tokenizer_and_cache,
     train,
-    variant,
 )
 from marin_pipelines.steps import StepError, changed_fields, unique_steps
 from marin_pipelines.store import ArtifactStore
 
 SMALL_CRAWL = {"pydoc_modules": ["json", "heapq", "bisect", "textwrap", "shlex"], "n_files": 2}
-TRAIN = {"steps": 20, "batch_size": 8, "warmup_steps": 2, "log_every": 5}
-MODEL = {"size": "nano", "seq_len": 32}
+TRAIN, MODEL = small_ablation.TRAIN, small_ablation.MODEL
 
 
 def small_tokens(prefix: str = "small"):
@@ -140,37 +138,25 @@ SECRETS = {"WANDB_API_KEY": "wandb-secret-5f1c2a", "MARIN_ANNOTATOR_API_KEY": "a
 
 
 @pytest.fixture(scope="module")
-def ablation(tiny_store):
+def ablation(tiny_store, tmp_path_factory):
     """A baseline experiment over the tiny pipeline's data (built already), then an ablation over its
-    steps, materialised in one instance, with keys in the environment that nothing may write down."""
+    steps (tests/small_ablation.py), materialised as the command line does in the instance of a
+    ``DAGSTER_HOME``, with keys in the environment that nothing may write down."""
     root = tiny_store
+    home = tmp_path_factory.mktemp("dagster_home")
     mp = pytest.MonkeyPatch()
-    for name, value in SECRETS.items():
+    for name, value in {**SECRETS, "DAGSTER_HOME": str(home)}.items():
         mp.setenv(name, value)
-    tokens = tiny_tokens()
-    base_run = train("small/run", tokens, model=MODEL, train=TRAIN)
-    base_eval = evaluate("small/eval", base_run, batch_size=8)
-    baseline = Experiment("small", steps=[base_eval])
-    hot = variant(base_run, "small_ablation/run_hot", train={"learning_rate": 1e-2})
-    ablation = Experiment(
-        "small_ablation",
-        steps=[
-            compare(
-                "small_ablation/comparison",
-                {"base": base_eval, "hot": evaluate("small_ablation/eval_hot", hot, batch_size=8)},
-                hypothesis="A hotter learning rate lowers the loss of a 20-step run.",
-            )
-        ],
-    )
-    instance = DagsterInstance.ephemeral()
-    first = materialize_experiment(baseline, root, instance)
-    second = materialize_experiment(ablation, root, instance, others=[baseline])
+    instance = DagsterInstance.get()  # sqlite under DAGSTER_HOME: what the webserver reads
+    first = materialize_experiment(small_ablation.baseline, root, instance)
+    second = materialize_experiment(small_ablation.ablation, root, instance, others=[small_ablation.baseline])
     mp.undo()
-    return root, baseline, ablation, first, second
+    instance.dispose()
+    return root, small_ablation.baseline, small_ablation.ablation, first, second, home
 
 
 def test_a_second_experiment_recomputes_none_of_the_shared_steps(ablation):
-    _, baseline, experiment, first, second = ablation
+    _, baseline, experiment, first, second, _ = ablation
     assert {m.asset for m in first.materialized if not m.reused} == {"small/run", "small/eval"}
     assert first.checks_passed
     shared = {step.name for step in baseline.all_steps}
@@ -181,7 +167,7 @@ def test_a_second_experiment_recomputes_none_of_the_shared_steps(ablation):
 
 
 def test_the_comparison_holds_every_variant(ablation):
-    root, _, experiment, _, second = ablation
+    root, _, experiment, _, second, _ = ablation
     comparison = experiment.step("small_ablation/comparison")
     artifact = ArtifactStore(root).get(comparison.key, comparison.version)
     meta = artifact.metadata
@@ -198,7 +184,7 @@ def test_the_comparison_holds_every_variant(ablation):
 
 
 def test_the_execution_record_lists_every_step_and_the_runs(ablation, monkeypatch):
-    root, _, experiment, first, second = ablation
+    root, _, experiment, first, second, _ = ablation
     record = json.loads(ArtifactStore(root).read_text(record_name(experiment)))
     assert [s["name"] for s in record["steps"]] == [s.name for s in experiment.all_steps]
     assert all(s["status"] == "done" for s in record["steps"])
@@ -224,7 +210,7 @@ def test_no_secret_is_written_into_records_manifests_or_outputs(ablation):
 
 
 def test_dry_run_says_what_is_done_and_why_a_hash_forked(ablation, capsys, tmp_path, monkeypatch):
-    root, _, experiment, _, _ = ablation
+    root, _, experiment, _, _, _ = ablation
     (tmp_path / "forked.py").write_text(
         textwrap.dedent(
             """
@@ -255,7 +241,7 @@ def test_dry_run_says_what_is_done_and_why_a_hash_forked(ablation, capsys, tmp_p
 def test_outputs_made_elsewhere_show_as_materialised_in_this_instance_once(ablation):
     """Another instance (the UI's, say) finds every step done in the store: it starts no run, and each
     asset is reported to it once at its version, so that the UI shows none as never materialised."""
-    root, baseline, _, _, _ = ablation
+    root, baseline, _, _, _, _ = ablation
     from dagster import AssetKey, DagsterEventType, EventRecordsFilter
 
     elsewhere = DagsterInstance.ephemeral()
@@ -270,3 +256,28 @@ def test_outputs_made_elsewhere_show_as_materialised_in_this_instance_once(ablat
     assert all(record.asset_materialization.metadata["reused"].value for record in events())
     materialize_experiment(baseline, root, elsewhere)  # known at these versions now: nothing reported again
     assert len(events()) == len(recorded)
+
+
+def test_the_ui_shows_the_runs_assets_verdict_and_ladder_grid(ablation):
+    """The webserver, started on 127.0.0.1 over the instance the ablation ran in, serves through its GraphQL
+    API what a user looks for: the runs tagged with the experiment, under its job; every asset
+    materialised; the comparison headed by its verdict; a ladder's partitions as a budget x size grid."""
+    *_, home = ablation
+    bench = Path(__file__).parents[2] / "bench"
+    sys.path.insert(0, str(bench))
+    try:
+        from ui_check import webserver, what_the_ui_shows
+    finally:
+        sys.path.remove(str(bench))
+    tests = str(Path(__file__).parents[1])
+    env = {**os.environ, "DAGSTER_HOME": str(home), "PYTHONPATH": tests}
+    with webserver(["-f", str(Path(tests) / "small_ablation.py")], env) as url:
+        shown = what_the_ui_shows(url, small_ablation.ablation)
+        ladder = what_the_ui_shows(url, small_ablation.ladder)
+    assert {r["jobName"] for r in shown.runs} == {"small_ablation_pipeline"}
+    assert all(r["status"] == "SUCCESS" for r in shown.runs)
+    assert shown.never_materialised == []  # the baseline's steps too, materialised by the other run
+    labels = shown.first_entries["small_ablation/comparison"]
+    assert labels[:5] == ["verdict", "hypothesis", "comparison", "best", "metric"]
+    grid = ladder.dimensions["small_ladder/isoflop_checkpoint"]
+    assert grid == {"budget": ["1e10", "2e10", "4e10"], "size": ["size1", "size2", "size3"]}

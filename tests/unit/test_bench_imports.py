@@ -2,6 +2,7 @@
 someone runs it. Importing one only defines things; its work runs under ``if __name__ == "__main__":``."""
 
 import importlib.util
+import sys
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,7 @@ def test_a_bench_script_imports_without_running(script: Path, monkeypatch, capsy
     spec = importlib.util.spec_from_file_location(f"bench_{script.stem}", script)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, module)  # as an import would (dataclasses look it up)
     spec.loader.exec_module(module)
     assert callable(module.main)
     assert capsys.readouterr().out == ""

@@ -2,11 +2,7 @@
 
 from pathlib import Path
 
-from marin_pipelines.train.compilation_cache import (
-    MAX_BYTES,
-    compilation_cache_env,
-    default_compilation_cache,
-)
+from marin_pipelines.train.compilation_cache import compilation_cache_env, default_compilation_cache
 
 
 def test_the_cache_is_the_users_unless_named(monkeypatch, tmp_path):
@@ -20,8 +16,8 @@ def test_the_cache_is_the_users_unless_named(monkeypatch, tmp_path):
     assert default_compilation_cache() == "/fast/disk/jax"
 
 
-def test_every_program_is_kept_within_a_bound():
+def test_every_program_is_kept():
     env = compilation_cache_env("/c")
     assert env["JAX_COMPILATION_CACHE_DIR"] == "/c"
     assert env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] == "0"  # the many quick programs too
-    assert int(env["JAX_COMPILATION_CACHE_MAX_SIZE"]) == MAX_BYTES
+    assert "JAX_COMPILATION_CACHE_MAX_SIZE" not in env  # JAX's eviction locks every read (see the module)
