@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -63,14 +63,27 @@ class Row:
         return min(finite) if self.better == "lower" else max(finite)
 
 
+def against(labels: list[str], baselines: Mapping[str, str]) -> dict[str, str]:
+    """Each variant that is judged, with the variant it is judged against: its entry in ``baselines``, else
+    the first. A baseline is not judged itself (the dense run at 8e11 is not worse than the dense at 2e11:
+    it is another budget's baseline)."""
+    bases = {labels[0], *baselines.values()}
+    return {label: baselines.get(label, labels[0]) for label in labels if label not in bases}
+
+
 def compare_variants(
-    variants: list[Variant], hypothesis: str, out_dir: Path, metrics: Sequence[str] = ()
+    variants: list[Variant],
+    hypothesis: str,
+    out_dir: Path,
+    metrics: Sequence[str] = (),
+    baselines: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """Write ``comparison.json`` and the plots into ``out_dir``.
 
-    The first variant is the baseline. ``metrics`` are the table's scores the hypothesis is about (the
-    own-data validation loss when none is named); the first decides ``best``. Returns metadata for the
-    asset's manifest, in the order a reader wants it: ``markdown`` (``verdict``, ``hypothesis``,
+    The first variant is the baseline, of every variant ``baselines`` gives no other (a variant -> the
+    variant it is judged against: per budget, say). ``metrics`` are the table's scores the hypothesis is
+    about (the own-data validation loss when none is named); the first decides ``best``. Returns metadata
+    for the asset's manifest, in the order a reader wants it: ``markdown`` (``verdict``, ``hypothesis``,
     ``comparison``), ``best``, ``metric`` and ``plots``. ``comparison.json`` holds every number.
     """
     if len(variants) < 2:
@@ -79,6 +92,7 @@ def compare_variants(
     duplicates = sorted({label for label in labels if labels.count(label) > 1})
     if duplicates:
         raise ValueError(f"variant labels must be unique; repeated: {duplicates}")
+    judged = against(labels, baselines or {})
     out_dir = Path(out_dir)
     curves = {v.label: _loss_curve(v) for v in variants}
     summaries = {v.label: _train_summary(v) for v in variants}
@@ -91,7 +105,7 @@ def compare_variants(
     best = by_metric[asked[0]].best()
     metadata: dict[str, Any] = {
         "markdown": {
-            "verdict": "\n\n".join(verdict(by_metric[m], labels) for m in asked),
+            "verdict": "\n\n".join(verdict(by_metric[m], judged) for m in asked),
             "hypothesis": hypothesis.strip() or NO_HYPOTHESIS,
             "comparison": markdown_table(labels, rows),
         },
@@ -106,6 +120,7 @@ def compare_variants(
     record = {
         **metadata,
         "variants": labels,
+        "against": judged,
         "metrics": asked,
         "hypothesis": metadata["markdown"]["hypothesis"],
         "rows": [{"metric": r.metric, "better": r.better, "values": r.values} for r in rows],
@@ -113,22 +128,25 @@ def compare_variants(
     }
     (out_dir / COMPARISON_FILE).write_text(json.dumps(record, indent=2))
     plot_loss_curves(curves, out_dir / LOSS_CURVES_FILE)
-    plot_loss_difference(curves, out_dir / LOSS_DIFFERENCE_FILE)
+    plot_loss_difference(curves, judged, out_dir / LOSS_DIFFERENCE_FILE)
     plot_scores(labels, [r for r in rows if _is_score(r.metric)], out_dir / SCORES_FILE)
     return metadata
 
 
-def verdict(row: Row, labels: list[str]) -> str:
-    """Each variant against the baseline (the first) on ``row``'s metric, in markdown: the values, the
-    difference (absolute and relative) and whether that is better, worse or the same."""
-    baseline = labels[0]
-    lines = [f"**{row.metric}** ({row.better} is better), against {baseline}:"]
-    for label in labels[1:]:
+def verdict(row: Row, judged: Mapping[str, str]) -> str:
+    """Each judged variant against its baseline (``against``) on ``row``'s metric, in markdown: the values,
+    the difference (absolute and relative) and whether that is better, worse or the same."""
+    one = len(set(judged.values())) == 1
+    lines = [
+        f"**{row.metric}** ({row.better} is better), against "
+        + (next(iter(judged.values())) if one else "each variant's baseline")
+        + ":"
+    ]
+    for label, baseline in judged.items():
         value, base = row.values[label], row.values[baseline]
+        name = label if one else f"{label} (against {baseline})"
         if value is None or base is None or not (math.isfinite(value) and math.isfinite(base)):
-            lines.append(
-                f"- {label}: {_format(value, row.better)} vs {_format(base, row.better)}, no verdict"
-            )
+            lines.append(f"- {name}: {_format(value, row.better)} vs {_format(base, row.better)}, no verdict")
             continue
         difference = value - base
         relative = f" ({difference / abs(base):+.1%})" if base else ""
@@ -137,7 +155,7 @@ def verdict(row: Row, labels: list[str]) -> str:
         if difference == 0:
             goes = "the same"
         lines.append(
-            f"- {label} **{goes}**: {_format(value, row.better)} vs {_format(base, row.better)}, "
+            f"- {name} **{goes}**: {_format(value, row.better)} vs {_format(base, row.better)}, "
             f"{difference:+.4g}{relative}"
         )
     return "\n".join(lines)
@@ -290,23 +308,29 @@ def plot_loss_curves(curves: dict[str, dict[str, list[Any]]], path: Path) -> Non
     figure.savefig(path)
 
 
-def plot_loss_difference(curves: dict[str, dict[str, list[Any]]], path: Path) -> None:
-    """Each variant's training loss minus the baseline's at the steps both logged, averaged over a window
-    of a tenth of the run: the differences an ablation is about, which the overlaid curves hide."""
+def plot_loss_difference(
+    curves: dict[str, dict[str, list[Any]]], judged: Mapping[str, str], path: Path
+) -> None:
+    """Each judged variant's training loss minus its baseline's (``against``) at the steps both logged,
+    averaged over a window of a tenth of the run: the differences an ablation is about, which the overlaid
+    curves hide."""
     figure = Figure(figsize=(7, 4), dpi=100)
     FigureCanvasAgg(figure)
     ax = figure.add_subplot()
-    (baseline, base), *others = curves.items()
-    at = dict(zip(base["step"], base["loss"], strict=True))
-    apart = []  # variants that logged no step the baseline did: said on the plot, not left out silently
-    for i, (label, curve) in enumerate(others, start=1):
+    one = len(set(judged.values())) == 1
+    apart = []  # variants that logged no step their baseline did: said on the plot, not left out silently
+    for i, (label, baseline) in enumerate(judged.items(), start=1):
+        at = dict(zip(curves[baseline]["step"], curves[baseline]["loss"], strict=True))
+        curve = curves[label]
         pairs = [(s, loss - at[s]) for s, loss in zip(curve["step"], curve["loss"], strict=True) if s in at]
         if not pairs:
             apart.append(label)
             continue
         window = max(1, len(pairs) // 10)
         smooth = np.convolve([d for _, d in pairs], np.ones(window) / window, mode="valid")
-        ax.plot([s for s, _ in pairs][window - 1 :], smooth, linewidth=1, color=f"C{i}", label=label)
+        name = label if one else f"{label} - {baseline}"
+        ax.plot([s for s, _ in pairs][window - 1 :], smooth, linewidth=1, color=f"C{i}", label=name)
+    baseline = next(iter(judged.values())) if one else "its baseline"
     ax.axhline(0, color="C0", linewidth=1, label=f"{baseline} (baseline)")
     if apart:
         ax.text(0.01, 0.02, f"no step in common with {baseline}: {', '.join(apart)}", transform=ax.transAxes)

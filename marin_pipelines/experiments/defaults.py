@@ -440,16 +440,28 @@ def speedrun(
     )
 
 
-def compare(name: str, variants: dict[str, Step], hypothesis: str = "", metrics: Sequence[str] = ()) -> Step:
-    """Evaluations side by side (the first is the baseline), with the checkpoints they evaluated; the
-    comparison opens with its verdict on ``metrics``, the scores the hypothesis is about."""
+def compare(
+    name: str,
+    variants: dict[str, Step],
+    hypothesis: str = "",
+    metrics: Sequence[str] = (),
+    baselines: dict[str, str] | None = None,
+) -> Step:
+    """Evaluations side by side, with the checkpoints they evaluated; the comparison opens with its verdict
+    on ``metrics``, the scores the hypothesis is about: each variant against its entry in ``baselines``
+    (``{"moe_8e11": "dense_8e11"}``), else against the first."""
     inputs: dict[str, Step | None] = {}
     for label, evaluation in variants.items():
         if "checkpoint" not in evaluation.inputs:
             raise StepError(f"{name}: variant {label!r} must be an evaluation step, not {evaluation.name}")
         inputs[f"{label}_eval"] = evaluation
         inputs[f"{label}_checkpoint"] = evaluation.inputs["checkpoint"]
-    config = {"variants": list(variants), "hypothesis": hypothesis, "metrics": list(metrics)}
+    config = {
+        "variants": list(variants),
+        "hypothesis": hypothesis,
+        "metrics": list(metrics),
+        "baselines": dict(baselines or {}),
+    }
     return step(name, eval_stages.comparison, config, inputs)
 
 

@@ -29,6 +29,7 @@ moe_vs_dense = Experiment(
             hypothesis="At equal active compute an MoE of 4 experts (top-1) reaches a lower validation loss "
             "than the dense model at both budgets, and its advantage does not shrink with the budget.",
             metrics=["own-data validation loss"],
+            baselines={f"moe_{label}": f"dense_{label}" for label in BUDGETS},  # each at its own budget
         )
     ],
     description="Dense vs a 4-expert top-1 MoE at equal active FLOPs: the recipe's runs at 2e11 and 8e11.",

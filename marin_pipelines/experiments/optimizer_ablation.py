@@ -38,6 +38,9 @@ optimizer_ablation = Experiment(
             hypothesis="With the recipe's learning rate unchanged, Muon ends within 1% of AdamW's validation "
             "loss at both budgets; AdamH, at its own learning rate and without a weight decay to tune, too.",
             metrics=["own-data validation loss"],
+            baselines={  # each against AdamW at its own budget
+                f"{arm}_{label}": f"adamw_{label}" for label in BUDGETS for arm in ("adamh", "muon")
+            },
         )
     ],
     description="AdamW, AdamH and Muon on the delphi recipe's runs at 2e11 and 8e11 FLOPs.",

@@ -13,7 +13,7 @@ import re
 from dataclasses import replace
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from marin_pipelines.evals.checkpoint_eval import (
     EvalConfig,
@@ -163,6 +163,10 @@ class CompareConfig(BaseModel):
         description="the table's scores the hypothesis is about (the first decides 'best'), e.g. "
         "'chat/demo_chat', 'bpb/main'; none: the own-data validation loss",
     )
+    baselines: dict[str, str] = Field(
+        default_factory=dict,
+        description="a variant -> the variant it is judged against (per budget, say); the rest: the first",
+    )
 
     @field_validator("variants")
     @classmethod
@@ -171,6 +175,17 @@ class CompareConfig(BaseModel):
         if bad or len(set(labels)) < len(labels):
             raise ValueError(f"variant labels must be distinct lowercase identifiers, got {labels}")
         return labels
+
+    @model_validator(mode="after")
+    def _baselines_are_variants(self) -> CompareConfig:
+        named = {*self.baselines, *self.baselines.values()}
+        if unknown := sorted(named - set(self.variants)):
+            raise ValueError(f"baselines names {unknown}, which are not variants ({self.variants})")
+        if self.variants[0] in self.baselines:
+            raise ValueError(f"baselines: {self.variants[0]!r} is the first variant, everyone's baseline")
+        if judged_bases := sorted(set(self.baselines) & set(self.baselines.values())):
+            raise ValueError(f"baselines: {judged_bases} are judged and baselines at once")
+        return self
 
 
 # revision 2: the params a token uses (an MoE's active params) in the table; 3: the verdict on the
@@ -183,4 +198,6 @@ def comparison(ctx: StepContext, out: PendingArtifact, config: CompareConfig, **
         Variant(label, runs[f"{label}_checkpoint"].url, runs[f"{label}_eval"].metadata)
         for label in config.variants
     ]
-    out.metadata.update(compare_variants(variants, config.hypothesis, out.path, config.metrics))
+    out.metadata.update(
+        compare_variants(variants, config.hypothesis, out.path, config.metrics, config.baselines)
+    )

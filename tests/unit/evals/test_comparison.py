@@ -259,3 +259,38 @@ def test_losses_and_bits_per_byte_are_better_lower_and_accuracies_higher():
     lower = ["chat/demo_chat", "loss/main", "bpb/web", "task/word_perplexity", "task/bits_per_byte"]
     assert [_direction(score) for score in lower] == ["lower"] * len(lower)
     assert _direction("marin_python_mc/acc") == _direction("marin_python_qa/exact_match") == "higher"
+
+
+def test_each_variant_is_judged_against_its_own_baseline(tmp_path):
+    """Two budgets, a dense and an MoE at each: each MoE against the dense run of its budget, never the
+    8e11 dense against the 2e11 one."""
+    arms = [
+        variant(tmp_path, "dense_2e11", loss=3.6, bpb=1.9, acc=0.4),
+        variant(tmp_path, "moe_2e11", loss=3.5, bpb=1.9, acc=0.4),
+        variant(tmp_path, "dense_8e11", loss=3.2, bpb=1.9, acc=0.4),
+        variant(tmp_path, "moe_8e11", loss=3.3, bpb=1.9, acc=0.4),
+    ]
+    baselines = {"moe_2e11": "dense_2e11", "moe_8e11": "dense_8e11"}
+    metadata = compare_variants(arms, "", tmp_path, baselines=baselines)
+    assert metadata["markdown"]["verdict"].splitlines() == [
+        "**own-data validation loss** (lower is better), against each variant's baseline:",
+        "- moe_2e11 (against dense_2e11) **better**: 3.5000 vs 3.6000, -0.1 (-2.8%)",
+        "- moe_8e11 (against dense_8e11) **worse**: 3.3000 vs 3.2000, +0.1 (+3.1%)",
+    ]
+    record = json.loads((tmp_path / "comparison.json").read_text())
+    assert record["against"] == baselines
+    assert (tmp_path / "loss_vs_baseline.png").read_bytes()[:8] == PNG_SIGNATURE
+
+
+def test_baselines_name_variants_and_are_not_judged_themselves():
+    from marin_pipelines.stages.evals import CompareConfig
+
+    variants = ["dense_2e11", "moe_2e11", "dense_8e11", "moe_8e11"]
+    CompareConfig(variants=variants, baselines={"moe_8e11": "dense_8e11"})
+    for baselines, error in (
+        ({"moe_8e11": "dense_4e11"}, r"\['dense_4e11'\], which are not variants"),
+        ({"dense_2e11": "dense_8e11"}, "'dense_2e11' is the first variant"),
+        ({"moe_8e11": "dense_8e11", "dense_8e11": "moe_2e11"}, r"\['dense_8e11'\] are judged and baselines"),
+    ):
+        with pytest.raises(ValueError, match=error):
+            CompareConfig(variants=variants, baselines=baselines)
