@@ -29,6 +29,7 @@ COMMANDS = (
     "forecast",
     "leaderboard",
     "process_crawl",
+    "decontaminate",
     "extract",
 )
 

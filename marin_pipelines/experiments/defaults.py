@@ -19,6 +19,7 @@ from marin_pipelines.config_errors import describe
 from marin_pipelines.evals.eval_results import EVAL_BATCH_SIZE
 from marin_pipelines.scaling.isoflop_ladder import IsoflopLadderConfig
 from marin_pipelines.stages import crawl as crawl_stages
+from marin_pipelines.stages import decontamination as decontamination_stages
 from marin_pipelines.stages import evals as eval_stages
 from marin_pipelines.stages import package_text as package_text_stages
 from marin_pipelines.stages import quality as quality_stages
@@ -333,6 +334,33 @@ def package_text(name: str, **config: Any) -> Step:
     """The installed packages' source and documentation text (``PackageTextConfig`` fields): a corpus of
     tens of millions of tokens on every machine, for ladders that must not repeat their data."""
     return step(name, package_text_stages.package_text, config, {})
+
+
+def decontaminate(
+    name: str, text: Step, *, evaluations: Sequence[Step] = (), against: Sequence[str] = (), **config: Any
+) -> Step:
+    """``text``'s documents less those that share a long n-gram with evaluation data: the lm-eval tasks,
+    held-out files and chat sets of ``evaluations`` (the experiment's evaluation steps), and ``against``
+    (task names or YAMLs, .txt and .jsonl files). ``config``: ``DecontaminationConfig``'s fields."""
+    entries = list(against)
+    for evaluation in evaluations:
+        if evaluation.stage not in (eval_stages.eval_results, eval_stages.ladder_eval_results):
+            raise StepError(f"step {name!r} ({declared_at()}): evaluations must be evaluation steps")
+        evals = evaluation.config.evals
+        chats = [d.config.heldout for d in evaluation.inputs.values() if d.stage is sft_stages.chat_data]
+        files = [p for paths in (*evals.heldout.values(), *evals.chat.values(), *chats) for p in paths]
+        # held-out sets in other formats (parquet, folders) are not read as evaluation items
+        entries += [
+            *evals.tasks,
+            *evals.include_paths,
+            *(f for f in files if f.endswith(decontamination_stages.FILE_SUFFIXES)),
+        ]
+    return step(
+        name,
+        decontamination_stages.decontaminated_text,
+        {"against": list(dict.fromkeys(entries)), "decontamination": config},
+        {"text": text},
+    )
 
 
 @dataclass(frozen=True)

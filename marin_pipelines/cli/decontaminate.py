@@ -1,0 +1,58 @@
+"""`marin-pipelines decontaminate`: documents less those that share a long n-gram with evaluation data
+(``text/decontaminated_text.py``), without the UI. ``--input`` is a folder of ``documents-*.parquet`` (a
+document step's output, or ``corpus``'s); ``--against`` takes lm-eval task names or YAMLs and files (``.txt``
+one item a line, ``.jsonl`` with a ``text`` field or chat ``messages``). ``--out`` receives the kept
+``documents-*.parquet`` and the ``removed-*.parquet`` (with the sets and items each matched); a rerun
+finishes an interrupted one. The last line printed is one JSON object: the funnel and, per evaluation set,
+the documents matched and the items found in the training data.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from marin_pipelines.cli import print_json
+from marin_pipelines.cli.engine_flags import add_engine_arguments, engine_from
+from marin_pipelines.cli.outputs import check_folder, held, naming
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "decontaminate",
+        help="remove documents that share a long n-gram with evaluation data, printing the funnel",
+        description=__doc__.split("\n", 1)[1],
+    )
+    parser.add_argument("--input", required=True, help="a folder (or URL) of documents-*.parquet")
+    parser.add_argument(
+        "--against", nargs="+", required=True, metavar="TASK|FILE", help="lm-eval tasks, task YAMLs, files"
+    )
+    parser.add_argument("--out", required=True, help="the folder the kept and removed shards go to")
+    parser.add_argument("--n", type=int, default=13, help="words in a shared n-gram (default 13)")
+    parser.add_argument("--min-words", type=int, default=8, help="shorter items are not matched (default 8)")
+    add_engine_arguments(parser)
+    parser.set_defaults(run=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from marin_pipelines.documents import REMOVED_PREFIX, list_shards, read_shard, run_stage
+    from marin_pipelines.evals.evaluation_items import evaluation_items
+    from marin_pipelines.text.decontaminated_text import (
+        DecontaminationConfig,
+        NgramIndex,
+        contamination_report,
+        decontaminate,
+    )
+
+    if not list_shards(args.input):
+        raise FileNotFoundError(f"--input {args.input}: no documents-*.parquet there")
+    config = DecontaminationConfig(n=args.n, min_words=args.min_words)
+    index = NgramIndex(evaluation_items(args.against), config)
+    print(f"{len(index.items)} evaluation items from {len(index.suites)} sets", file=sys.stderr)
+    check_folder(args.out)
+    with held(args.out, "decontaminate"), naming(args.out):
+        funnel = run_stage(decontaminate, index, args.input, args.out, engine_from(args))
+    removed = (doc for shard in list_shards(args.out, REMOVED_PREFIX) for doc in read_shard(shard))
+    report = contamination_report(removed, index)
+    print_json({"funnel": funnel.as_dict(), **report}, sort_keys=True)
+    return 0

@@ -1,0 +1,122 @@
+"""Decontamination on real text: the standard library's docstrings as a corpus, the shipped lm-eval tasks
+as the evaluation suite, a few task items planted (verbatim and lightly edited) into it."""
+
+import inspect
+import json
+
+import pytest
+
+from marin_pipelines.evals.evaluation_items import evaluation_items, file_items
+from marin_pipelines.evals.lm_eval_tasks import SHIPPED_TASKS
+from marin_pipelines.text.decontaminated_text import (
+    CONTAMINATED,
+    DecontaminationConfig,
+    EvalItem,
+    NgramIndex,
+    contamination_report,
+    decontaminate,
+    ngram_hashes,
+    words,
+)
+
+MODULES = (
+    "json", "heapq", "bisect", "textwrap", "shlex", "collections", "functools", "string", "os", "shutil",
+    "subprocess", "argparse", "logging", "random", "csv", "tempfile", "difflib", "fnmatch", "base64",
+)  # fmt: skip
+
+
+def stdlib_docstrings() -> list[dict[str, str]]:
+    """Every documented function and class of a few standard modules: real prose about Python."""
+    docs = []
+    for name in MODULES:
+        module = __import__(name)
+        for attribute, value in sorted(vars(module).items()):
+            text = inspect.getdoc(value) if callable(value) else None
+            if text and len(text.split()) > 20 and not attribute.startswith("_"):
+                docs.append({"id": f"{name}.{attribute}", "text": text})
+    return docs
+
+
+@pytest.fixture(scope="module")
+def suite() -> list[EvalItem]:
+    return evaluation_items(list(SHIPPED_TASKS))
+
+
+def planted(suite: list[EvalItem]) -> list[dict[str, str]]:
+    """Task items inside other text: verbatim, re-cased and re-punctuated, and a long one cut mid-way."""
+    mc = next(i for i in suite if i.suite == "marin_python_mc")
+    text = next(i for i in suite if i.suite == "marin_python_text")
+    qa = next(i for i in suite if i.suite == "marin_python_qa" and len(words(i.text)) >= 8)
+    edited = text.text.upper().replace(",", " ;").replace(". ", "!\n")
+    part = " ".join(text.text.split()[:16])  # 16 words: three 13-grams of it
+    return [
+        {"id": "planted-mc", "text": f"Some quiz found online. {mc.text} That was easy."},
+        {"id": "planted-text-edited", "text": f"Notes.\n{edited}\nEnd of notes."},
+        {"id": "planted-text-part", "text": f"As the manual says, {part} and so on."},
+        {"id": "planted-qa", "text": f"FAQ: {qa.text}"},
+    ]
+
+
+def test_every_planted_item_is_removed_and_nothing_else(suite):
+    corpus = stdlib_docstrings()
+    assert len(corpus) > 100
+    index = NgramIndex(suite, DecontaminationConfig())
+    decisions = list(decontaminate(corpus + planted(suite), index))
+    removed = [doc for doc, reason in decisions if reason == CONTAMINATED]
+    assert sorted(d["id"] for d in removed) == [
+        "planted-mc",
+        "planted-qa",
+        "planted-text-edited",
+        "planted-text-part",
+    ]
+    assert len(decisions) == len(corpus) + 4  # every document decided once: 0 false positives in the corpus
+    by_id = {d["id"]: d for d in removed}
+    assert by_id["planted-mc"]["matched_sets"] == ["marin_python_mc"]
+    assert by_id["planted-text-part"]["shared_ngram"] in " ".join(words(by_id["planted-text-part"]["text"]))
+    report = contamination_report([{**d, "reason": CONTAMINATED} for d in removed], index)
+    assert report["documents"] == 4
+    assert report["per_set"]["marin_python_text"]["documents"] == 2
+    assert report["items_in_training_data"]["marin_python_text"] == ["0"]  # the reverse report: which items
+    assert report["per_set"]["marin_python_mc"]["items"] == 16 and len(report["examples"]) == 4
+
+
+def test_short_items_are_matched_whole_or_counted_too_short():
+    items = [EvalItem("s", "1", "one two three four five six seven eight"), EvalItem("s", "2", "too short")]
+    index = NgramIndex(items, DecontaminationConfig(n=13, min_words=8))
+    assert index.too_short["s"] == 1 and len(index.items) == 1
+    assert index.matches("zero One, two; three four five six seven EIGHT nine") == {
+        0: "one two three four five six seven eight"
+    }
+    assert index.matches("one two three four five six seven nine") == {}
+
+
+def test_ngram_hashes_depend_on_the_words_and_their_order():
+    a = ngram_hashes(["a", "b", "c", "d"], 3)
+    assert len(a) == 2 and a[0] != a[1]
+    assert ngram_hashes(["b", "a", "c"], 3)[0] != a[0] and ngram_hashes(["a", "b", "c"], 3)[0] == a[0]
+    assert len(ngram_hashes(["a", "b"], 3)) == 0
+
+
+def test_mark_keeps_every_document_with_what_it_matched(suite):
+    index = NgramIndex(suite, DecontaminationConfig(action="mark"))
+    decisions = list(decontaminate(planted(suite) + stdlib_docstrings()[:5], index))
+    assert all(reason is None for _, reason in decisions)
+    marked = [doc for doc, _ in decisions if doc["matched_sets"]]
+    assert len(marked) == 4 and contamination_report((d for d, _ in decisions), index)["documents"] == 4
+
+
+def test_item_files_read_lines_texts_and_chats(tmp_path):
+    (tmp_path / "lines.txt").write_text("first item here\n\nsecond item\n")
+    (tmp_path / "texts.jsonl").write_text(json.dumps({"id": "a", "text": "alpha beta"}) + "\n")
+    chat = {"messages": [{"role": "user", "content": "hi there"}, {"role": "assistant", "content": "hello"}]}
+    (tmp_path / "chats.jsonl").write_text(json.dumps(chat) + "\n")
+    items = list(file_items([str(tmp_path / n) for n in ("lines.txt", "texts.jsonl", "chats.jsonl")]))
+    assert [(i.suite, i.item, i.text) for i in items] == [
+        ("lines.txt", "1", "first item here"),
+        ("lines.txt", "3", "second item"),
+        ("texts.jsonl", "a", "alpha beta"),
+        ("chats.jsonl", "1", "hi there\nhello"),
+    ]
+    (tmp_path / "bad.jsonl").write_text('{"question": "no text"}\n')
+    with pytest.raises(ValueError, match=r"bad.jsonl:1: expected a 'text' field or chat 'messages'"):
+        list(file_items([str(tmp_path / "bad.jsonl")]))
