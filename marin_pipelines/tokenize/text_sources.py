@@ -12,6 +12,7 @@ Face dataset saved to disk), and it decides about each record itself instead of 
 
 from __future__ import annotations
 
+import io
 import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -148,7 +149,11 @@ def chunk_records(chunk: TextChunk, columns: Sequence[str], seen: set[str] | Non
     """The records of a table chunk (parquet, arrow: only ``columns``, those the file has) or a JSON-lines
     chunk (every field of each line), in order. ``seen`` collects the field names the chunk has: a table's
     columns, the keys of the lines. A line that is not a JSON object is a record without fields."""
-    with fsspec.open(chunk.url, "rb", compression=COMPRESSION.get(chunk.kind.rsplit(".", 1)[-1])) as f:
+    compression = COMPRESSION.get(chunk.kind.rsplit(".", 1)[-1])
+    with fsspec.open(chunk.url, "rb", compression=compression) as opened:
+        f = (
+            io.BufferedReader(opened, 1 << 20) if compression else opened
+        )  # zstandard's reader has no readline
         if chunk.kind in ("parquet", "arrow"):
             yield from _table_records(f, chunk, columns, seen)
             return
