@@ -30,6 +30,7 @@ COMMANDS = (
     "leaderboard",
     "process_crawl",
     "decontaminate",
+    "corpus",
     "extract",
 )
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import fsspec
 import xxhash
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from marin_pipelines.crawl.snapshots import SNAPSHOT_KEY, SNAPSHOT_RULE
 from marin_pipelines.documents import Decision, Document, Funnel, write_stage
@@ -78,14 +78,20 @@ class CorpusConfig(BaseModel):
     max_chars: int = Field(1_000_000, ge=1, description="a longer text is left out as too_large")
     snapshot: str = Field("corpus", description="the partition key: the corpus is one snapshot")
 
-    @model_validator(mode="after")
-    def _fields_apart(self) -> CorpusConfig:
-        clash = {"id", "text", self.text_field, self.id_field} & set(self.keep_fields)
+    @field_validator("keep_fields")
+    @classmethod
+    def _kept_apart(cls, kept: list[str], info: ValidationInfo) -> list[str]:
+        clash = {"id", "text", info.data.get("text_field"), info.data.get("id_field")} & set(kept)
         if clash:
-            raise ValueError(f"keep_fields {sorted(clash)}: the id and text are kept already, as id and text")
-        if not SNAPSHOT_KEY.fullmatch(self.snapshot):
-            raise ValueError(f"snapshot {self.snapshot!r}: use {SNAPSHOT_RULE}")
-        return self
+            raise ValueError(f"{sorted(clash)} are kept already, as the id and text columns")
+        return kept
+
+    @field_validator("snapshot")
+    @classmethod
+    def _snapshot_key(cls, snapshot: str) -> str:
+        if not SNAPSHOT_KEY.fullmatch(snapshot):
+            raise ValueError(f"{snapshot!r}: use {SNAPSHOT_RULE}")
+        return snapshot
 
     def snapshots(self, strict: bool = False) -> list[str]:
         return [self.snapshot]

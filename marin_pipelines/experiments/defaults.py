@@ -1,7 +1,7 @@
 """Helpers that declare the usual steps, so that an experiment file reads like a recipe (Marin's
-``defaults.py``): crawl and text (or the installed packages' text), quality and curation, tokenizer and
-cache, train, chat data and SFT, evaluate, an IsoFLOP ladder by a scaling recipe with its preregistered
-forecast target, the speedrun, a comparison, and ``variant`` for an ablation.
+``defaults.py``): crawl and text (or an existing corpus, or the installed packages' text), quality and
+curation, tokenizer and cache, train, chat data and SFT, evaluate, an IsoFLOP ladder by a scaling recipe
+with its preregistered forecast target, the speedrun, a comparison, and ``variant`` for an ablation.
 
 Configs are given as dicts (or config objects); a bad field is an error naming the step, the place it
 was declared and the field. Step names are ``{prefix}/{stage}`` unless a name is given.
@@ -18,6 +18,7 @@ from pydantic import BaseModel, ValidationError
 from marin_pipelines.config_errors import describe
 from marin_pipelines.evals.eval_results import EVAL_BATCH_SIZE
 from marin_pipelines.scaling.isoflop_ladder import IsoflopLadderConfig
+from marin_pipelines.stages import corpus as corpus_stages
 from marin_pipelines.stages import crawl as crawl_stages
 from marin_pipelines.stages import decontamination as decontamination_stages
 from marin_pipelines.stages import evals as eval_stages
@@ -151,11 +152,58 @@ def _text_after(
 ) -> TextSteps:
     documents = step(f"{prefix}/web_documents", crawl_stages.web_documents, web_documents, {"crawl": crawl})
     text = step(f"{prefix}/extracted_text", text_stages.extracted_text, extract, {"web_documents": documents})
+    filtered, deduplicated = _filtered_and_deduplicated(prefix, text, filters, dedup)
+    return TextSteps(crawl, documents, text, filtered, deduplicated)
+
+
+def _filtered_and_deduplicated(prefix: str, text: Step, filters: Fields, dedup: Fields) -> tuple[Step, Step]:
+    """The heuristic filters over ``text`` (extracted text, or a corpus), then dedup."""
     filtered = step(f"{prefix}/filtered_text", text_stages.filtered_text, filters, {"extracted_text": text})
     deduplicated = step(
         f"{prefix}/deduplicated_text", text_stages.deduplicated_text, dedup, {"filtered_text": filtered}
     )
-    return TextSteps(crawl, documents, text, filtered, deduplicated)
+    return filtered, deduplicated
+
+
+def corpus(name: str, paths: list[str], **fields: Any) -> Step:
+    """Documents from existing datasets (``CorpusConfig`` fields: ``text_field``, ``id_field``,
+    ``keep_fields``, ``globs``, ``limit``, ``sample``, ...): one snapshot, which the text stages take where
+    they take a crawl's text (``filtered_text``'s ``extracted_text``, and on), as ``corpus_and_text`` does."""
+    return step(name, corpus_stages.corpus, {"paths": paths, **fields}, {})
+
+
+@dataclass(frozen=True)
+class CorpusSteps:
+    corpus: Step
+    filtered_text: Step
+    deduplicated_text: Step
+
+    def __iter__(self):
+        return iter((self.corpus, self.filtered_text, self.deduplicated_text))
+
+
+# a corpus has no language id of extraction's (lang, lang_score): the language rule is off unless asked for
+CORPUS_FILTERS = {"language": {"enabled": False}}
+
+
+def corpus_and_text(
+    prefix: str, paths: list[str], *, corpus: Fields = None, filters: Fields = None, dedup: Fields = None
+) -> CorpusSteps:
+    """An existing dataset -> filtered -> dedup, as ``crawl_and_text`` does after extraction, so that
+    ``quality_and_curation`` and the tokenizer take its ``deduplicated_text``. ``filters`` default to
+    ``CORPUS_FILTERS``; a corpus that keeps ``lang`` and ``lang_score`` fields can turn the rule on."""
+    filters = CORPUS_FILTERS if filters is None else filters
+    documents = {"paths": paths, **(_fields(corpus) or {})}
+    all_valid(
+        prefix,
+        {
+            "corpus": (corpus_stages.corpus, documents),
+            "filtered_text": (text_stages.filtered_text, filters),
+            "deduplicated_text": (text_stages.deduplicated_text, dedup),
+        },
+    )
+    documents_step = step(f"{prefix}/corpus", corpus_stages.corpus, documents, {})
+    return CorpusSteps(documents_step, *_filtered_and_deduplicated(prefix, documents_step, filters, dedup))
 
 
 @dataclass(frozen=True)
