@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import re
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import partial
@@ -21,7 +22,9 @@ from pathlib import Path
 from typing import Any
 
 import fsspec
+import pyarrow as pa
 import xxhash
+import zstandard
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from marin_pipelines.crawl.snapshots import SNAPSHOT_KEY, SNAPSHOT_RULE
@@ -250,7 +253,7 @@ def chunk_documents(
     name = chunk.url.rsplit("/", 1)[-1]
     before: list[int] = []  # rows of the file before the chunk, counted when a place is first named
     taken = 0
-    for record in chunk_records(chunk, columns, stats.fields):
+    for record in _records(chunk, columns, stats.fields):
         if config.sample < 1 and not _sampled(config, name, chunk.part, record.row):
             stats.sampled_out += 1
             continue
@@ -270,9 +273,19 @@ def chunk_documents(
         yield doc, reason
 
 
+def _records(chunk: TextChunk, columns: list[str], seen: set[str]) -> Iterator[Record]:
+    """The chunk's records; a damaged file (truncated gzip, a bad zstd frame, not parquet or Arrow) is an
+    error naming it: none of its rows can be trusted, unlike one bad line."""
+    try:
+        yield from chunk_records(chunk, columns, seen)
+    except (EOFError, OSError, zlib.error, zstandard.ZstdError, pa.ArrowException) as e:
+        name = chunk.url.removeprefix("file://")
+        raise ValueError(f"{name}: not a readable {chunk.kind} file ({e or type(e).__name__})") from None
+
+
 def _sampled(config: CorpusConfig, name: str, part: int, row: int) -> bool:
     """A row is in the sample by a seeded hash of its place: the same rows on any engine, on every run."""
-    return xxhash.xxh64_intdigest(f"{name}\0{part}\0{row}", seed=config.seed) < config.sample * 2**64
+    return xxhash.xxh64_intdigest(f"{name}\0{part}\0{row}".encode(), seed=config.seed) < config.sample * 2**64
 
 
 def _decide(record: Record, chunk: TextChunk, config: CorpusConfig) -> Decision:
