@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -123,18 +123,20 @@ def write_stage(
 def run_stage(
     stage: Callable[[Iterable[Document], Any], Iterable[Decision]],
     config: Any,
-    source: str | os.PathLike[str],
+    source: str | os.PathLike[str] | Sequence[str],
     work: str | os.PathLike[str],
     engine: Engine | None = None,
     progress: Progress | None = None,
 ) -> Funnel:
-    """A per-document stage over every kept shard of ``source`` (a folder or URL), shard in, shard out, on
-    ``engine``; the shards go into ``work`` (a folder or URL), and a rerun redoes only unfinished shards.
+    """A per-document stage over every kept shard of ``source`` (a folder or URL, or several in order: every
+    snapshot of a crawl), shard in, shard out, on ``engine``; the shards go into ``work`` (a folder or URL),
+    and a rerun redoes only unfinished shards.
 
     ``stage(docs, config)`` must be picklable (a module-level function) and must decide each document
     on its own, so that output files and funnel are the same on any engine and any number of workers.
     """
-    shards = list_shards(source)
+    sources = [source] if isinstance(source, str | os.PathLike) else list(source)
+    shards = [shard for folder in sources for shard in list_shards(folder)]
     task = partial(_run_shard, stage, config)
     results = map_units(engine or LocalEngine(1), task, shards, str(work), progress)
     finish_units(str(work))

@@ -12,7 +12,7 @@ from marin_pipelines.documents import REMOVED_PREFIX, list_shards, read_shard, r
 from marin_pipelines.evals.checkpoint_eval import heldout_fingerprint
 from marin_pipelines.evals.evaluation_items import evaluation_items
 from marin_pipelines.evals.lm_eval_tasks import SHIPPED_TASKS_DIR
-from marin_pipelines.stages.crawl import FUNNEL
+from marin_pipelines.stages.crawl import FUNNEL, Snapshots
 from marin_pipelines.steps import InputError, StepContext, stage
 from marin_pipelines.store import Artifact, PendingArtifact
 from marin_pipelines.text.decontaminated_text import (
@@ -48,7 +48,7 @@ def against_content(config: DecontaminateConfig) -> Any:
 
 @stage(DecontaminateConfig, kinds=("parquet",), checks=FUNNEL, needs=("engine",), fingerprint=against_content)
 def decontaminated_text(
-    ctx: StepContext, out: PendingArtifact, config: DecontaminateConfig, text: Artifact
+    ctx: StepContext, out: PendingArtifact, config: DecontaminateConfig, text: Artifact | Snapshots
 ) -> None:
     """The documents of ``text`` less those sharing a 13-gram (or a whole short item) with an evaluation
     item: the lm-eval tasks, held-out and chat sets the experiment evaluates on. Removed documents keep the
@@ -60,7 +60,8 @@ def decontaminated_text(
         raise InputError(f"{ctx.step.name}: against: {e}") from None
     index = NgramIndex(items, config.decontamination)
     ctx.log(f"{ctx.step.name}: {len(index.items)} evaluation items indexed from {len(index.suites)} sets")
-    funnel = run_stage(decontaminate, index, text.url, out.work, ctx.engine, ctx.progress("shards"))
+    sources = [a.url for _, a in sorted(text.items())] if isinstance(text, dict) else [text.url]  # snapshots
+    funnel = run_stage(decontaminate, index, sources, out.work, ctx.engine, ctx.progress("shards"))
     out.keep_work()
     marked = config.decontamination.action == "mark"
     shards = list_shards(out.work) if marked else list_shards(out.work, REMOVED_PREFIX)

@@ -6,7 +6,7 @@ import json
 import pyarrow as pa
 import pyarrow.parquet as pq
 from dagster import DagsterInstance
-from tiny_pipeline import tiny_run, tiny_tokens
+from tiny_pipeline import tiny_run, tiny_text, tiny_tokens
 
 from marin_pipelines.cli import main
 from marin_pipelines.defs.local_run import materialize_experiment
@@ -37,11 +37,19 @@ def test_a_step_removes_the_planted_items_against_the_experiments_tasks(tiny_sto
     evaluation = evaluate("tiny_decon/eval", tiny_run(tiny_tokens()), evals={"tasks": TASKS})
     clean = decontaminate("tiny_decon/decontaminated_text", planted, evaluations=[evaluation])
     assert clean.config.against == TASKS  # the evaluation step's tasks
-    run = materialize_experiment(
-        Experiment("tiny_decon", steps=[clean]), tiny_store, DagsterInstance.ephemeral()
-    )
-    assert run.checks_passed  # the funnel: in == out + removed
-    out = ArtifactStore(tiny_store).get(clean.key, clean.version)
+    crawl = decontaminate(
+        "tiny_decon/crawl_text", tiny_text().deduplicated_text, against=TASKS
+    )  # per snapshot
+    experiment = Experiment("tiny_decon", steps=[clean, crawl])
+    run = materialize_experiment(experiment, tiny_store, DagsterInstance.ephemeral())
+    assert run.checks_passed  # the funnels: in == out + removed
+    store = ArtifactStore(tiny_store)
+    deduplicated = tiny_text().deduplicated_text
+    snapshot = store.get(deduplicated.key, deduplicated.version, "demo").metadata["funnel"]["docs_out"]
+    assert (
+        store.get(crawl.key, crawl.version).metadata["funnel"]["docs_in"] == snapshot
+    )  # every snapshot read
+    out = store.get(clean.key, clean.version)
     meta = out.metadata
     assert meta["funnel"]["docs_in"] == 3 and meta["funnel"]["removed"] == {"contaminated": 2}
     assert meta["contaminated_documents"] == 2
