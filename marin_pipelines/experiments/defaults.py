@@ -455,10 +455,13 @@ def forecast_target(
     evals: Fields = None,
     also: dict[str, Step] | None = None,
     batch_size: int = EVAL_BATCH_SIZE,
+    accuracy_goal: float | None = None,
 ) -> Target:
     """The recipe's run at the ladder's ``target_budget``, its loss (and each ``downstream`` score, e.g.
     ``bpb/NAME`` of an ``also`` set) forecast from the ladder first: the checkpoint runs after the forecast
-    (an edge in the graph), which never sees it. It trains as the rungs do (their ``train`` and mixture)."""
+    (an edge in the graph), which never sees it. It trains as the rungs do (their ``train`` and mixture).
+    The law checks that the actual lies in the preregistered interval, and within ``accuracy_goal`` (a
+    relative error) where one is given; both warn."""
     where = f"step {prefix + '/checkpoint'!r} ({declared_at()})"
     _expect(ladder, IsoflopLadder, "ladder", f"{prefix}/checkpoint")
     if ladder.config.target_budget is None:
@@ -496,7 +499,7 @@ def forecast_target(
     law = step(
         f"{prefix}/isoflop_law",
         scaling_stages.isoflop_law,
-        {},
+        {"accuracy_goal": accuracy_goal},
         {"isoflop_forecast": prediction, "checkpoint": checkpoint, "eval_results": evaluation},
     )
     return Target(prediction, checkpoint, evaluation, law)

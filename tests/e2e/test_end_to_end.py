@@ -98,8 +98,9 @@ def test_every_asset_is_materialised_and_every_check_passes(graph):
     assert run.checks and run.checks_passed, run.failed_checks
     # the WARN checks report on the ladder and on the preregistered forecast; the rest block
     assert sorted(c.check for c in run.checks if not c.blocking) == [
-        "forecast_within_1_percent",
+        "actual_in_preregistered_interval",
         "ladder_informative",
+        "within_accuracy_goal",
     ]
     assert {c.asset for c in run.checks if not c.blocking} == {"tiny/isoflop_forecast", "tiny/isoflop_law"}
     checked = {c.asset for c in run.checks}
@@ -339,8 +340,11 @@ def test_the_summary_reads_the_run_back_from_the_store(graph):
     assert warned == bool(forecast["warnings"])
     law = next(m.metadata for m in run.materialized if m.asset == "tiny/isoflop_law")
     assert f"actual {law['result']['actual']:.3f}" in text
-    missed = not next(c for c in run.checks if c.check == "forecast_within_1_percent").passed
-    assert ("WARNING: tiny/isoflop_law:forecast_within_1_percent did not pass" in text) == missed
+    checks = {c.check: c.passed for c in run.checks}
+    outside = not law["result"]["within_interval"]  # what the forecast promised, asked
+    assert checks["actual_in_preregistered_interval"] == (not outside)
+    assert ("WARNING: tiny/isoflop_law:actual_in_preregistered_interval did not pass" in text) == outside
+    assert checks["within_accuracy_goal"] and law["accuracy_goal"] is None  # the tiny ladder declares none
     assert "FAILED" not in text
     assert "IsoFLOP ladder: 9 runs, 3 budgets used; frontier L*(C) = " in text
     assert text.count("| 1e+10 |") == text.count("| 2e+10 |") == text.count("| 4e+10 |") == 1

@@ -128,7 +128,7 @@ def test_definitions_tag_each_asset_with_the_experiments_that_use_it():
     }
     assert specs[("demo/web_documents", "funnel")].blocking
     assert specs[("demo/checkpoint", "loss_finite_and_falling")].blocking
-    assert not specs[("demo/isoflop_law", "forecast_within_1_percent")].blocking  # a finding: it warns
+    assert not specs[("demo/isoflop_law", "actual_in_preregistered_interval")].blocking  # a finding: warns
     target = graph.get(AssetKey(["demo", "checkpoint"]))
     assert AssetKey(["demo", "isoflop_forecast"]) in target.parent_keys  # the order is in the graph
     assert target.automation_condition is not None  # rolls forward once the ladder is done
