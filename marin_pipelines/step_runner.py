@@ -113,11 +113,12 @@ def run_steps(
 
 def step_inputs(step: Step, partition: str | None, outputs: dict[str, Any]) -> dict[str, Any]:
     """The inputs ``build_step`` hands the stage, as the assets' IO manager loads them: an unpartitioned
-    upstream's output; the same partition of an upstream partitioned alike; every partition of another."""
+    upstream's output; the same partition of an upstream of the same partition source; every partition of
+    another (``Step.whole_inputs``)."""
     inputs = {}
     for name, upstream in step.inputs.items():
         found = outputs[upstream.name]
-        same = partition is not None and upstream.partitioning == step.partitioning
+        same = upstream.partitioning is not None and name not in step.whole_inputs
         inputs[name] = found[partition] if same else found
     return inputs
 

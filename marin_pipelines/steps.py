@@ -262,6 +262,18 @@ class Step:
         same = [s for s in self.inputs.values() if s.partitioning == self.partitioning]
         return same[0].partition_source if same else self
 
+    @cached_property
+    def whole_inputs(self) -> frozenset[str]:
+        """Inputs read with every partition (a dict by key): the partitioned inputs of an unpartitioned step,
+        and those of another partition source (another crawl's or corpus's dedup, which a dedup is run
+        against). The first input partitioned alike defines the step's partitions."""
+        return frozenset(
+            name
+            for name, upstream in self.inputs.items()
+            if upstream.partitioning is not None
+            and (self.partitioning is None or upstream.partition_source is not self.partition_source)
+        )
+
     @property
     def reads_snapshots(self) -> bool:
         """An unpartitioned step that reads every snapshot of a crawl."""

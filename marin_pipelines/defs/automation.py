@@ -84,10 +84,28 @@ def partitioned_by(steps: Iterable[Step], source: Step) -> list[Step]:
 
 
 def partition_sources(steps: Iterable[Step], kind: str) -> list[Step]:
-    """The crawl (or ladder) steps whose partitions some of ``steps`` have, in order, once each."""
-    return list(
-        {id(s.partition_source): s.partition_source for s in steps if s.partitioning == kind}.values()
-    )
+    """The crawl (or ladder) steps whose partitions some of ``steps`` have, once each, in order: each after
+    the sources its steps read whole (a corpus's dedup against a crawl's comes after that crawl's)."""
+    steps = list(steps)
+    found = {id(s.partition_source): s.partition_source for s in steps if s.partitioning == kind}
+    needs = {
+        key: {
+            id(s.inputs[name].partition_source)
+            for s in partitioned_by(steps, source)
+            for name in s.whole_inputs
+            if s.inputs[name].partitioning == kind
+        }
+        for key, source in found.items()
+    }
+    ordered: list[Step] = []
+    while len(ordered) < len(found):
+        placed = {id(s) for s in ordered}
+        ready = [found[k] for k in found if k not in placed and needs[k] <= placed | {k}]
+        if not ready:
+            left = sorted(s.name for k, s in found.items() if k not in placed)
+            raise ValueError(f"the partition sources {left} read each other's partitions whole: no order")
+        ordered.append(ready[0])
+    return ordered
 
 
 def after_ladders(steps: list[Step]) -> set[int]:

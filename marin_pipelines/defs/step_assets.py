@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from dagster import (
+    AllPartitionMapping,
     AssetCheckResult,
     AssetCheckSeverity,
     AssetCheckSpec,
@@ -39,7 +40,7 @@ from marin_pipelines.engine import LocalEngine
 from marin_pipelines.evals.launch_config import EvalLaunch
 from marin_pipelines.execution_record import write_record
 from marin_pipelines.experiment import Experiment
-from marin_pipelines.resources.store import VERSION_KEY
+from marin_pipelines.resources.store import VERSION_KEY, WHOLE_INPUT
 from marin_pipelines.steps import InputError, Step, StepContext, build_step
 from marin_pipelines.store import Artifact
 from marin_pipelines.train.launch_config import TrainingLaunch
@@ -87,6 +88,17 @@ def ladder_grid(keys: list[str]) -> PartitionsDefinition:
         return StaticPartitionsDefinition(keys)
     return MultiPartitionsDefinition(
         {"budget": StaticPartitionsDefinition(budgets), "size": StaticPartitionsDefinition(sizes)}
+    )
+
+
+def asset_in(step: Step, name: str) -> AssetIn:
+    """An input of ``step``'s asset; one of another partition source (``Step.whole_inputs``) of a partitioned
+    step maps to every partition of its upstream, and is loaded so."""
+    upstream = step.inputs[name]
+    if step.partitioning is None or name not in step.whole_inputs:
+        return AssetIn(key=asset_key(upstream))
+    return AssetIn(
+        key=asset_key(upstream), partition_mapping=AllPartitionMapping(), metadata={WHOLE_INPUT: True}
     )
 
 
@@ -155,7 +167,7 @@ def step_asset(
         description=f"{stage.description}\n\nDeclared at {step.declared_at}.",
         code_version=step.version,
         metadata={VERSION_KEY: step.version, "stage": stage.name, "declared_at": step.declared_at},
-        ins={name: AssetIn(key=asset_key(upstream)) for name, upstream in step.inputs.items()},
+        ins={name: asset_in(step, name) for name in step.inputs},
         deps=[asset_key(before) for before in step.after],
         partitions_def=partitions(step),
         required_resource_keys={"store", *stage.needs},

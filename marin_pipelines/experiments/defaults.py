@@ -29,7 +29,7 @@ from marin_pipelines.stages import sft as sft_stages
 from marin_pipelines.stages import text as text_stages
 from marin_pipelines.stages import tokenize as token_stages
 from marin_pipelines.stages import train as train_stages
-from marin_pipelines.steps import Stage, Step, StepError, declared_at
+from marin_pipelines.steps import Stage, Step, StepError, changed_fields, declared_at
 
 Fields = dict[str, Any] | BaseModel | None
 STEP_HELPERS = True  # a step's declared_at() is the experiment's line that called these helpers
@@ -156,13 +156,30 @@ def _text_after(
     return TextSteps(crawl, documents, text, filtered, deduplicated)
 
 
-def _filtered_and_deduplicated(prefix: str, text: Step, filters: Fields, dedup: Fields) -> tuple[Step, Step]:
-    """The heuristic filters over ``text`` (extracted text, or a corpus), then dedup."""
+def _filtered_and_deduplicated(
+    prefix: str, text: Step, filters: Fields, dedup: Fields, against: Sequence[Step] = ()
+) -> tuple[Step, Step]:
+    """The heuristic filters over ``text`` (extracted text, or a corpus), then dedup, also against the
+    ``against`` dedup steps (every snapshot of each)."""
     filtered = step(f"{prefix}/filtered_text", text_stages.filtered_text, filters, {"extracted_text": text})
-    deduplicated = step(
-        f"{prefix}/deduplicated_text", text_stages.deduplicated_text, dedup, {"filtered_text": filtered}
-    )
+    inputs = {"filtered_text": filtered, **_dedup_inputs(f"{prefix}/deduplicated_text", dedup, against)}
+    deduplicated = step(f"{prefix}/deduplicated_text", text_stages.deduplicated_text, dedup, inputs)
     return filtered, deduplicated
+
+
+def _dedup_inputs(name: str, dedup: Fields, against: Sequence[Step]) -> dict[str, Step]:
+    """The inputs that make dedup step ``name`` remove what the ``against`` dedup steps already hold: their
+    indexes must be built alike (the same dedup config), or the hashes would not compare."""
+    own = validated(text_stages.deduplicated_text.config, dedup, f"step {name!r}")
+    for other in against:
+        if other.stage is not text_stages.deduplicated_text:
+            raise StepError(f"step {name!r} ({declared_at()}): against {other.name}: not a dedup step")
+        if other.config != own:
+            raise StepError(
+                f"step {name!r} ({declared_at()}): against {other.name}: its dedup config differs in "
+                f"{changed_fields(own.model_dump(), other.config.model_dump())}; its index would not compare"
+            )
+    return {f"against_{i}": other for i, other in enumerate(against)}
 
 
 def corpus(name: str, paths: list[str], **fields: Any) -> Step:
@@ -187,11 +204,19 @@ CORPUS_FILTERS = {"language": {"enabled": False}}
 
 
 def corpus_and_text(
-    prefix: str, paths: list[str], *, corpus: Fields = None, filters: Fields = None, dedup: Fields = None
+    prefix: str,
+    paths: list[str],
+    *,
+    corpus: Fields = None,
+    filters: Fields = None,
+    dedup: Fields = None,
+    dedup_against: Sequence[Step] = (),
 ) -> CorpusSteps:
     """An existing dataset -> filtered -> dedup, as ``crawl_and_text`` does after extraction, so that
     ``quality_and_curation`` and the tokenizer take its ``deduplicated_text``. ``filters`` default to
-    ``CORPUS_FILTERS``; a corpus that keeps ``lang`` and ``lang_score`` fields can turn the rule on."""
+    ``CORPUS_FILTERS``; a corpus that keeps ``lang`` and ``lang_score`` fields can turn the rule on.
+    ``dedup_against``: other dedup steps (a crawl's, another corpus's) whose documents this one's dedup
+    removes, exact and near copies alike."""
     filters = CORPUS_FILTERS if filters is None else filters
     documents = {"paths": paths, **(_fields(corpus) or {})}
     all_valid(
@@ -203,7 +228,8 @@ def corpus_and_text(
         },
     )
     documents_step = step(f"{prefix}/corpus", corpus_stages.corpus, documents, {})
-    return CorpusSteps(documents_step, *_filtered_and_deduplicated(prefix, documents_step, filters, dedup))
+    text = _filtered_and_deduplicated(prefix, documents_step, filters, dedup, dedup_against)
+    return CorpusSteps(documents_step, *text)
 
 
 @dataclass(frozen=True)

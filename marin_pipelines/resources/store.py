@@ -11,6 +11,8 @@ from pydantic import Field
 
 from marin_pipelines.store import Artifact, ArtifactStore, default_store_root
 
+WHOLE_INPUT = "marin/whole_input"  # an input's metadata: load every partition of it (defs/step_assets.py)
+
 VERSION_KEY = "marin/version"
 
 
@@ -40,7 +42,8 @@ class ArtifactIOManager(ConfigurableIOManager):
         assert upstream is not None
         version = upstream.definition_metadata[VERSION_KEY]
         asset_path = upstream.asset_key.path
-        if context.has_asset_partitions and not context.has_partition_key:  # all partitions of a ladder
+        whole = (context.definition_metadata or {}).get(WHOLE_INPUT)  # another crawl's, read whole
+        if context.has_asset_partitions and (whole or not context.has_partition_key):  # or of a ladder
             return {key: self._get(asset_path, version, key) for key in context.asset_partition_keys}
         partition = context.asset_partition_key if context.has_asset_partitions else None
         return self._get(asset_path, version, partition)

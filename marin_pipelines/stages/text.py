@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from marin_pipelines.documents import run_stage
-from marin_pipelines.stages.crawl import PER_SNAPSHOT
+from marin_pipelines.stages.crawl import PER_SNAPSHOT, Snapshots
 from marin_pipelines.steps import StepContext, stage
 from marin_pipelines.store import Artifact, PendingArtifact
 from marin_pipelines.text.dedup_partitions import deduplicate_snapshot
@@ -34,11 +34,13 @@ def filtered_text(
 
 @stage(DedupConfig, revision=3, **PER_SNAPSHOT)
 def deduplicated_text(
-    ctx: StepContext, out: PendingArtifact, config: DedupConfig, filtered_text: Artifact
+    ctx: StepContext, out: PendingArtifact, config: DedupConfig, filtered_text: Artifact, **against: Snapshots
 ) -> None:
-    """Exact paragraph dedup, then fuzzy document dedup (MinHash LSH), also against earlier snapshots:
-    map steps over shards and hash partitions, so that it scales out on the engine."""
-    earlier = earlier_dedup_indexes(ctx, out.partition)
+    """Exact paragraph dedup, then fuzzy document dedup (MinHash LSH), also against earlier snapshots and
+    every snapshot of the ``against`` inputs (other crawls' or corpora's dedup): map steps over shards and
+    hash partitions, so that it scales out on the engine."""
+    others = [artifact.url for name in sorted(against) for _, artifact in sorted(against[name].items())]
+    earlier = earlier_dedup_indexes(ctx, out.partition) + others
     metadata = deduplicate_snapshot(filtered_text.url, out.work, config, earlier, ctx.engine, ctx.progress)
     out.keep_work()
     out.metadata.update(metadata)

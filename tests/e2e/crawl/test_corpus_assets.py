@@ -47,3 +47,35 @@ def test_a_corpus_materialises_with_the_text_stages_and_is_reused(tmp_path: Path
     ]
     again = materialize_experiment(experiment, str(tmp_path / "store"), instance)
     assert again.reused == len(again.materialized) == 3
+
+
+def test_a_corpus_is_deduplicated_against_another_corpus_and_a_crawl(tiny_store: str, tmp_path: Path):
+    """Corpus B holds 10 docstrings of its own, 5 of corpus A's (one re-punctuated) and a crawled page:
+    its dedup, run against A's and the tiny crawl's, keeps none of those 6 (and of its own, those whose
+    paragraphs A has too); A's runs first."""
+    from tiny_pipeline import tiny_text
+
+    from marin_pipelines.documents import list_shards, read_shard
+    from marin_pipelines.store import ArtifactStore
+
+    store = ArtifactStore(tiny_store)
+    crawl = tiny_text().deduplicated_text
+    page = next(doc for doc in read_shard(list_shards(store.get(crawl.key, crawl.version, "demo").url)[0]))
+    texts = docstrings()
+    off = {"enabled": False}
+    filters = {"language": off, "gopher_quality": off, "c4": off, "fineweb": off, "gopher_repetition": off}
+    (tmp_path / "a.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts[:15]))
+    copied = [*texts[:4], texts[4].replace(",", " ;"), page["text"]]
+    (tmp_path / "b.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts[15:25] + copied))
+    a = corpus_and_text("docs_a", [str(tmp_path / "a.jsonl")], filters=filters)
+    b = corpus_and_text(
+        "docs_b", [str(tmp_path / "b.jsonl")], filters=filters, dedup_against=[a.deduplicated_text, crawl]
+    )
+    run = materialize_experiment(Experiment("docs_ab", steps=[b.deduplicated_text]), tiny_store)
+    assert run.checks_passed
+    order = [m.asset for m in run.materialized if not m.reused]
+    assert order.index("docs_a/deduplicated_text") < order.index("docs_b/deduplicated_text")
+    out = store.get(b.deduplicated_text.key, b.deduplicated_text.version, "corpus")
+    kept = {doc["text"] for shard in list_shards(out.url) for doc in read_shard(shard)}
+    assert kept and kept <= set(texts[15:25])  # every copy of A's or of the crawl's removed
+    assert out.metadata["funnel"]["docs_in"] == 16 and out.metadata["funnel"]["docs_out"] == len(kept)
