@@ -63,9 +63,10 @@ class CorpusConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     paths: list[str] = Field(
-        min_length=1,
+        default_factory=list,
         description="files, folders or fsspec URLs (gs://...): parquet, JSON lines (.jsonl, .json.gz, "
-        ".jsonl.gz, .jsonl.zst), .arrow, or a folder written by a Hugging Face dataset's save_to_disk",
+        ".jsonl.gz, .jsonl.zst), .arrow, or a folder written by a Hugging Face dataset's save_to_disk; "
+        "none when the files are another step's output (the step's files input)",
     )
     globs: list[str] = Field(
         default_factory=list, description="patterns under each folder (e.g. 'data/*.parquet'); [] for all"

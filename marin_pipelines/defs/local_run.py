@@ -105,12 +105,17 @@ def run_plan(experiment: Experiment, steps: list[Step]) -> list[PlannedRun]:
     """The runs of ``steps`` (the experiment's, or some of them), in an order where every run finds its
     inputs done, each under the job that runs those steps from the UI."""
     plan: list[PlannedRun] = []
-    for crawl in partition_sources(steps, "snapshot"):
+    crawls = partition_sources(steps, "snapshot")
+    snapshot_steps = [s for crawl in crawls for s in partitioned_by(steps, crawl)]
+    # what a per-snapshot step reads unpartitioned (the dump a corpus step reads) runs first
+    if first := [s for s in topological(snapshot_steps) if s.partitioning is None]:
+        plan.append(PlannedRun(first, None, pipeline_job(experiment)))
+    for crawl in crawls:
         keys = crawl.partition_keys(strict=True)  # a missing crawl root: its clear error
         plan += [PlannedRun(partitioned_by(steps, crawl), key, snapshot_job(crawl)) for key in keys]
     ladders = partition_sources(steps, "ladder")
     ladder_steps = [s for ladder in ladders for s in partitioned_by(steps, ladder)]
-    before = [s for s in topological(ladder_steps) if s.partitioning is None]
+    before = [s for s in topological(ladder_steps) if s.partitioning is None and s not in first]
     if before:
         plan.append(PlannedRun(before, None, pipeline_job(experiment)))
     for ladder in ladders:
@@ -119,7 +124,7 @@ def run_plan(experiment: Experiment, steps: list[Step]) -> list[PlannedRun]:
             for key in ladder.partition_keys()
         ]
     later = after_ladders(steps)
-    rest = [s for s in steps if s.partitioning is None and s not in before]
+    rest = [s for s in steps if s.partitioning is None and s not in before and s not in first]
     if pipeline := [s for s in rest if id(s) not in later]:
         plan.append(PlannedRun(pipeline, None, pipeline_job(experiment)))
     if following := [s for s in rest if id(s) in later]:

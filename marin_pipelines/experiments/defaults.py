@@ -20,6 +20,7 @@ from marin_pipelines.evals.eval_results import EVAL_BATCH_SIZE
 from marin_pipelines.scaling.isoflop_ladder import IsoflopLadderConfig
 from marin_pipelines.stages import corpus as corpus_stages
 from marin_pipelines.stages import crawl as crawl_stages
+from marin_pipelines.stages import dataset_dumps as dumps_stages
 from marin_pipelines.stages import decontamination as decontamination_stages
 from marin_pipelines.stages import evals as eval_stages
 from marin_pipelines.stages import package_text as package_text_stages
@@ -182,11 +183,12 @@ def _dedup_inputs(name: str, dedup: Fields, against: Sequence[Step]) -> dict[str
     return {f"against_{i}": other for i, other in enumerate(against)}
 
 
-def corpus(name: str, paths: list[str], **fields: Any) -> Step:
+def corpus(name: str, paths: Sequence[str] = (), *, files: Step | None = None, **fields: Any) -> Step:
     """Documents from existing datasets (``CorpusConfig`` fields: ``text_field``, ``id_field``,
     ``keep_fields``, ``globs``, ``limit``, ``sample``, ...): one snapshot, which the text stages take where
-    they take a crawl's text (``filtered_text``'s ``extracted_text``, and on), as ``corpus_and_text`` does."""
-    return step(name, corpus_stages.corpus, {"paths": paths, **fields}, {})
+    they take a crawl's text (``filtered_text``'s ``extracted_text``, and on), as ``corpus_and_text`` does.
+    The files are ``paths``, or the output of the step ``files`` (a dump it wrote)."""
+    return step(name, corpus_stages.corpus, {"paths": list(paths), **fields}, {"files": files})
 
 
 @dataclass(frozen=True)
@@ -205,8 +207,9 @@ CORPUS_FILTERS = {"language": {"enabled": False}}
 
 def corpus_and_text(
     prefix: str,
-    paths: list[str],
+    paths: Sequence[str] = (),
     *,
+    files: Step | None = None,
     corpus: Fields = None,
     filters: Fields = None,
     dedup: Fields = None,
@@ -215,10 +218,10 @@ def corpus_and_text(
     """An existing dataset -> filtered -> dedup, as ``crawl_and_text`` does after extraction, so that
     ``quality_and_curation`` and the tokenizer take its ``deduplicated_text``. ``filters`` default to
     ``CORPUS_FILTERS``; a corpus that keeps ``lang`` and ``lang_score`` fields can turn the rule on.
-    ``dedup_against``: other dedup steps (a crawl's, another corpus's) whose documents this one's dedup
-    removes, exact and near copies alike."""
+    ``files``: a step whose output holds the files (``paths`` then empty). ``dedup_against``: other dedup
+    steps (a crawl's, another corpus's) whose documents this one's dedup removes, exact and near copies."""
     filters = CORPUS_FILTERS if filters is None else filters
-    documents = {"paths": paths, **(_fields(corpus) or {})}
+    documents = {"paths": list(paths), **(_fields(corpus) or {})}
     all_valid(
         prefix,
         {
@@ -227,7 +230,7 @@ def corpus_and_text(
             "deduplicated_text": (text_stages.deduplicated_text, dedup),
         },
     )
-    documents_step = step(f"{prefix}/corpus", corpus_stages.corpus, documents, {})
+    documents_step = step(f"{prefix}/corpus", corpus_stages.corpus, documents, {"files": files})
     text = _filtered_and_deduplicated(prefix, documents_step, filters, dedup, dedup_against)
     return CorpusSteps(documents_step, *text)
 
@@ -402,6 +405,13 @@ class Target:
     checkpoint: Step
     evaluation: Step
     scaling_law: Step
+
+
+def dataset_dumps(name: str, **config: Any) -> Step:
+    """Dumps of existing corpora made from installed text (``DumpsConfig``: standard modules' docstrings as
+    parquet, distributions' documentation as gzipped JSON lines, evaluation items planted): files for a
+    ``corpus`` step to read (``files=``), as if somebody had made the dataset."""
+    return step(name, dumps_stages.dataset_dumps, config, {})
 
 
 def package_text(name: str, **config: Any) -> Step:

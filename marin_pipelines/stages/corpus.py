@@ -8,7 +8,7 @@ from __future__ import annotations
 from marin_pipelines.crawl.corpus import CorpusConfig, FieldMappingError, corpus_identity, write_corpus
 from marin_pipelines.stages.crawl import PER_SNAPSHOT, NoDocuments
 from marin_pipelines.steps import InputError, StepContext, stage
-from marin_pipelines.store import PendingArtifact
+from marin_pipelines.store import Artifact, PendingArtifact
 
 __all__ = ["CorpusConfig", "corpus"]
 
@@ -17,9 +17,16 @@ __all__ = ["CorpusConfig", "corpus"]
     CorpusConfig,
     **{**PER_SNAPSHOT, "partition_keys": CorpusConfig.snapshots, "fingerprint": corpus_identity},
 )
-def corpus(ctx: StepContext, out: PendingArtifact, config: CorpusConfig) -> None:
+def corpus(
+    ctx: StepContext, out: PendingArtifact, config: CorpusConfig, files: Artifact | None = None
+) -> None:
     """Documents from existing datasets (parquet, JSON lines, saved Hugging Face datasets): each row's text,
-    id and kept fields; rows that are no document counted per reason and kept in removed-*.parquet."""
+    id and kept fields; rows that are no document counted per reason and kept in removed-*.parquet. The
+    files are ``paths``, or the output of another step (``files``: a dump it wrote), picked by ``globs``."""
+    if (files is None) == (not config.paths):
+        raise InputError(f"{ctx.step.name}: name the files as paths or as a files input: one of the two")
+    if files is not None:  # its version is in this step's: the files need no identity of their own
+        config = config.model_copy(update={"paths": [files.url]})
     try:
         result = write_corpus(config, out.work, ctx.engine, ctx.progress("units"))
     except FieldMappingError as e:

@@ -79,3 +79,43 @@ def test_a_corpus_is_deduplicated_against_another_corpus_and_a_crawl(tiny_store:
     kept = {doc["text"] for shard in list_shards(out.url) for doc in read_shard(shard)}
     assert kept and kept <= set(texts[15:25])  # every copy of A's or of the crawl's removed
     assert out.metadata["funnel"]["docs_in"] == 16 and out.metadata["funnel"]["docs_out"] == len(kept)
+
+
+def test_a_corpus_reads_the_files_another_step_wrote(tmp_path: Path):
+    """A dump step (the standard library's docstrings as parquet, a package's docs as gzipped JSON lines, a
+    task item planted) runs before the corpus steps that read it, which map their own field names."""
+    from marin_pipelines.experiments.defaults import corpus, dataset_dumps
+
+    dumps = dataset_dumps(
+        "dumps/files",
+        modules=["json", "textwrap"],
+        distributions=["pluggy"],
+        plant_tasks=["marin_python_text"],
+        plant_per_task=1,
+    )
+    docstrings = corpus(
+        "dumps/docstrings",
+        files=dumps,
+        globs=["docstrings/*.parquet"],
+        text_field="content",
+        id_field="doc_id",
+    )
+    docs = corpus(
+        "dumps/package_docs",
+        files=dumps,
+        globs=["package_docs/*.jsonl.gz"],
+        text_field="body",
+        keep_fields=["package"],
+    )
+    run = materialize_experiment(Experiment("dumps", steps=[docstrings, docs]), str(tmp_path / "store"))
+    assert [m.asset for m in run.materialized][0] == "dumps/files" and run.checks_passed
+    from marin_pipelines.store import ArtifactStore
+
+    store = ArtifactStore(str(tmp_path / "store"))
+    written = store.get(dumps.key, dumps.version).metadata
+    assert len(written["planted"]) == 1 and written["planted"][0]["id"].startswith("pluggy/")
+    read = {
+        step: store.get(step.key, step.version, "corpus").metadata["funnel"] for step in (docstrings, docs)
+    }
+    assert read[docstrings]["docs_out"] == written["docstrings"]["rows"] > 5  # json's and textwrap's objects
+    assert read[docs]["docs_out"] == written["package_docs"]["rows"]
