@@ -196,3 +196,42 @@ def test_snapshot_assets_run_their_shards_where_the_resource_says(ray_cluster, w
         assert any("on_ray/extracted_text: shards" in m and "done" in m for m in logged), logged
     assert funnels["ray"] == funnels["local"]
     assert outputs(tmp_path / "ray") == outputs(tmp_path / "local")
+
+
+def test_a_corpus_and_its_decontamination_on_ray_give_the_local_bytes(ray_cluster, tmp_path):
+    """Existing-corpus files (parquet and gzipped JSON lines) read into shards, then decontaminated, by the
+    cluster's workers: the same files and funnels as on local processes."""
+    import gzip
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from marin_pipelines.crawl.corpus import CorpusConfig, write_corpus
+    from marin_pipelines.documents import run_stage
+    from marin_pipelines.text.decontaminated_text import (
+        DecontaminationConfig,
+        EvalItem,
+        NgramIndex,
+        decontaminate,
+    )
+
+    item = "the quick brown fox jumps over the lazy dog near the quiet river bank today"
+    rows = [
+        {"id": f"d{i}", "text": f"document {i} " + "words " * (i % 7) + (item if i % 9 == 0 else "")}
+        for i in range(90)
+    ]
+    files = tmp_path / "files"
+    files.mkdir()
+    pq.write_table(pa.Table.from_pylist(rows[:60]), files / "part.parquet", row_group_size=20)
+    with gzip.open(files / "part.jsonl.gz", "wt") as f:
+        f.writelines(json.dumps(row) + "\n" for row in rows[60:])
+    index = NgramIndex([EvalItem("set", "0", item)], DecontaminationConfig())
+    made = {}
+    for name, engine in (("local", LocalEngine(2)), ("ray", RayEngine(ray_cluster.address))):
+        corpus = write_corpus(CorpusConfig(paths=[str(files)]), str(tmp_path / name / "corpus"), engine)
+        funnel = run_stage(
+            decontaminate, index, str(tmp_path / name / "corpus"), str(tmp_path / name / "clean"), engine
+        )
+        made[name] = (corpus.funnel.as_dict(), funnel.as_dict(), outputs(tmp_path / name))
+    assert made["ray"] == made["local"]
+    assert made["local"][1] == {"docs_in": 90, "docs_out": 80, "removed": {"contaminated": 10}}
