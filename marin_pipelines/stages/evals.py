@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any
 
@@ -27,7 +28,7 @@ from marin_pipelines.evals.eval_results import EVAL_BATCH_SIZE, combine_bpb
 from marin_pipelines.evals.launch_config import EvalLaunch
 from marin_pipelines.stages.sft import HELDOUT_CHATS
 from marin_pipelines.steps import Check, StepContext, stage
-from marin_pipelines.store import Artifact, PendingArtifact, read_url
+from marin_pipelines.store import Artifact, ArtifactStore, PendingArtifact, read_url
 from marin_pipelines.tokenize.data_mixture import MixtureConfig
 from marin_pipelines.tokenize.tokenizer import TOKENIZER_FILE
 
@@ -132,7 +133,38 @@ def eval_results(
     )
     if previous is not None:
         table["change against the previous version"] = results_table(flat, previous)
+    found = decontaminated_items(ctx.store, training_sources(checkpoint, tokenized_cache).values())
+    if found:  # the reverse report: which items of each set a decontamination upstream found in the text
+        out.metadata["items_found_in_training_text"] = found
+        table["items found in the training text"] = "\n".join(
+            [
+                "Found by decontamination upstream of the training data (removed, unless only marked):",
+                "",
+                "| set | items |",
+                "|---|---|",
+                *(f"| {suite} | {', '.join(items)} |" for suite, items in found.items()),
+            ]
+        )
     out.metadata["markdown"] = table
+
+
+def decontaminated_items(store: ArtifactStore, caches: Iterable[str]) -> dict[str, list[str]]:
+    """The evaluation items that decontamination steps upstream of the training caches found in the text
+    (``items_in_training_data``), walking the manifests' records of their inputs (unpartitioned steps: a
+    decontamination reads every snapshot and is not partitioned itself)."""
+    found: dict[str, set[str]] = {}
+    todo = [json.loads(read_url(f"{url.rstrip('/')}/manifest.json")) for url in caches]
+    seen: set[str] = set()
+    while todo:
+        manifest = todo.pop()
+        for suite, items in manifest.get("metadata", {}).get("items_in_training_data", {}).items():
+            found.setdefault(suite, set()).update(items)
+        for ref in set(manifest.get("upstream", {}).values()) - seen:
+            seen.add(ref)
+            name, _, version = ref.rpartition("@")
+            if (upstream := store.get(name.split("/"), version)) is not None:
+                todo.append(upstream.manifest)
+    return {suite: sorted(items) for suite, items in sorted(found.items()) if items}
 
 
 def training_sources(checkpoint: Artifact, tokenized_cache: Artifact) -> dict[str, str]:
