@@ -30,6 +30,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--out", required=True, help="the folder the kept and removed shards go to")
     parser.add_argument("--n", type=int, default=13, help="words in a shared n-gram (default 13)")
     parser.add_argument("--min-words", type=int, default=8, help="shorter items are not matched (default 8)")
+    parser.add_argument(
+        "--min-overlap",
+        type=float,
+        default=0.0,
+        help="share of an item's n-grams to hold (default 0: any one)",
+    )
     add_engine_arguments(parser)
     parser.set_defaults(run=_run)
 
@@ -46,7 +52,7 @@ def _run(args: argparse.Namespace) -> int:
 
     if not list_shards(args.input):
         raise FileNotFoundError(f"--input {args.input}: no documents-*.parquet there")
-    config = DecontaminationConfig(n=args.n, min_words=args.min_words)
+    config = DecontaminationConfig(n=args.n, min_words=args.min_words, min_overlap=args.min_overlap)
     index = NgramIndex(evaluation_items(args.against), config)
     print(f"{len(index.items)} evaluation items from {len(index.suites)} sets", file=sys.stderr)
     check_folder(args.out)

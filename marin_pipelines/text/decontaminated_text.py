@@ -49,6 +49,12 @@ class DecontaminationConfig(BaseModel):
 
     n: int = Field(13, ge=3, le=50, description="words in a shared n-gram (GPT-3 and Marin: 13)")
     min_words: int = Field(8, ge=3, description="shorter items are matched whole down to this many words")
+    min_overlap: float = Field(
+        0.0,
+        ge=0.0,
+        le=1.0,
+        description="share of an item's n-grams a document must hold (0: any one, GPT-3's)",
+    )
     action: Literal["remove", "mark"] = Field(
         "remove",
         description="remove: the document goes to removed-*.parquet; mark: kept with contaminated_by",
@@ -86,6 +92,7 @@ class NgramIndex:
     def __init__(self, items: Iterable[EvalItem], config: DecontaminationConfig):
         self.config = config
         self.items: list[EvalItem] = []
+        self.sizes: list[int] = []  # each item's distinct n-grams
         self.too_short: Counter[str] = Counter()  # per set: items under min_words, not matched
         hashes: dict[int, list[np.ndarray]] = defaultdict(list)
         owners: dict[int, list[np.ndarray]] = defaultdict(list)
@@ -96,6 +103,7 @@ class NgramIndex:
                 continue
             n = min(config.n, len(tokens))
             found = np.unique(ngram_hashes(tokens, n))
+            self.sizes.append(len(found))
             hashes[n].append(found)
             owners[n].append(np.full(len(found), len(self.items), dtype=np.int64))
             self.items.append(item)
@@ -107,9 +115,11 @@ class NgramIndex:
         self.suites = sorted({item.suite for item in self.items} | set(self.too_short))
 
     def matches(self, text: str) -> dict[int, str]:
-        """The items ``text`` shares an n-gram with, each with one shared n-gram (as words)."""
+        """The items ``text`` shares an n-gram with (at least ``min_overlap`` of the item's), each with one
+        shared n-gram (as words)."""
         tokens = words(text)
         found: dict[int, str] = {}
+        shared: dict[int, set[int]] = defaultdict(set)
         for n, (values, who) in self.tables.items():
             hashes = ngram_hashes(tokens, n)
             if not len(hashes):
@@ -121,7 +131,9 @@ class NgramIndex:
                 stop = np.searchsorted(values, hashes[position], side="right")
                 for owner in who[start:stop]:
                     found.setdefault(int(owner), " ".join(tokens[position : position + n]))
-        return found
+                    shared[int(owner)].add(int(hashes[position]))
+        share = self.config.min_overlap
+        return {item: ngram for item, ngram in found.items() if len(shared[item]) >= share * self.sizes[item]}
 
 
 def decontaminate(docs: Iterable[Document], index: NgramIndex) -> Iterator[Decision]:

@@ -120,3 +120,12 @@ def test_item_files_read_lines_texts_and_chats(tmp_path):
     (tmp_path / "bad.jsonl").write_text('{"question": "no text"}\n')
     with pytest.raises(ValueError, match=r"bad.jsonl:1: expected a 'text' field or chat 'messages'"):
         list(file_items([str(tmp_path / "bad.jsonl")]))
+
+
+def test_a_share_of_the_items_ngrams_can_be_asked_for():
+    item = " ".join(f"w{i}" for i in range(30))  # 18 distinct 13-grams
+    index = NgramIndex([EvalItem("s", "1", item)], DecontaminationConfig(min_overlap=0.5))
+    one = " ".join(f"w{i}" for i in range(13))  # 1 of the 18
+    assert index.matches(one) == {}
+    assert index.matches(" ".join(f"w{i}" for i in range(21))) == {0: one}  # 9 of 18
+    assert NgramIndex([EvalItem("s", "1", item)], DecontaminationConfig()).matches(one) == {0: one}  # any one
