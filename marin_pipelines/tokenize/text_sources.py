@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -77,6 +78,7 @@ def find_files(
                 found = {k: v for g in globs for k, v in fs.glob(f"{base}/{g}", detail=True).items()}
             else:
                 found = fs.glob(f"{base}/{KEPT_PREFIX}-*.parquet", detail=True) or fs.find(root, detail=True)
+            found = {k: _through_link(fs, k, v) for k, v in found.items()}
             found = {k: v for k, v in found.items() if v["type"] == "file" and k.endswith(suffixes)}
             if not found:
                 which = f"matching {', '.join(globs)}" if globs else f"ending in {', '.join(suffixes)}"
@@ -89,6 +91,14 @@ def find_files(
             raise FileNotFoundError(f"input not found: {path}")
         files.update((fs.unstrip_protocol(name), found[name]) for name in sorted(found))
     return files
+
+
+def _through_link(fs: Any, name: str, info: dict[str, Any]) -> dict[str, Any]:
+    """A local symbolic link as the file it points to (a Hugging Face hub cache's snapshot files are links
+    to its blobs): the target's size and modification time, the link's name."""
+    if not info.get("islink") or info["type"] == "file":
+        return info
+    return {**fs.info(os.path.realpath(name)), "name": name}
 
 
 def kind_of(url: str, suffixes: tuple[str, ...] = SUFFIXES) -> str:

@@ -154,6 +154,18 @@ def test_places_count_lines_across_byte_ranges(tmp_path, monkeypatch):
     assert result.units > 5 and result.places == {"undecodable_line": [f"{tmp_path / 'a.jsonl'} line 8"]}
 
 
+def test_a_hub_cache_snapshot_is_read_through_its_links_to_blobs(tmp_path):
+    """The Hugging Face hub cache's layout: snapshot files are symbolic links into blobs/."""
+    (tmp_path / "blobs").mkdir()
+    pq.write_table(pa.table({"text": ["one document here", "and another one"]}), tmp_path / "blobs" / "9f2c")
+    data = tmp_path / "snapshots" / "rev1" / "data"
+    data.mkdir(parents=True)
+    (data / "train-00000-of-00001.parquet").symlink_to(Path("../../../blobs/9f2c"))
+    config = CorpusConfig(paths=[str(tmp_path / "snapshots" / "rev1")], globs=["data/*.parquet"])
+    result = write_corpus(config, str(tmp_path / "out"))
+    assert result.funnel.docs_out == 2 and result.bytes == (tmp_path / "blobs" / "9f2c").stat().st_size
+
+
 def test_a_field_mapping_that_matches_nothing_lists_the_fields(tmp_path):
     every_format(tmp_path / "in", real_texts())
     with pytest.raises(FieldMappingError, match=r"text field 'content' \(the files' fields: id, text, url\)"):
