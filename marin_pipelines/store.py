@@ -20,6 +20,7 @@ import hashlib
 import json
 import os
 import shutil
+import socket
 import tempfile
 import time
 import uuid
@@ -295,7 +296,7 @@ class ArtifactStore:
             tmp = Path(f"{final.rsplit('/', 1)[0]}/.{version}.tmp-{uuid.uuid4().hex[:8]}")
             tmp.mkdir(parents=True)
         else:
-            tmp = Path(tempfile.mkdtemp(prefix=f"{version}.", dir=_scratch()))
+            tmp = _staging(version)
         pending = PendingArtifact(tmp, partition, url=final, work=work)
         started = time.time()
         try:
@@ -318,6 +319,7 @@ class ArtifactStore:
                 self._commit_remote(pending, manifest, final)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
+            tmp.with_name(tmp.name + OWNER).unlink(missing_ok=True)
 
     def _commit_local(self, pending: PendingArtifact, manifest: dict[str, Any], final: Path) -> None:
         work = Path(pending.work)
@@ -359,7 +361,50 @@ def _checksum(info: dict[str, Any]) -> str | None:
     return None
 
 
+OWNER = ".owner"  # beside a staging folder: "host pid" of the process writing it
+UNOWNED_DAYS = 7  # a staging folder from before owners were recorded is swept after this
+
+
 def _scratch() -> Path:
     folder = cache_dir() / "staging"
     folder.mkdir(parents=True, exist_ok=True)
     return folder
+
+
+def _staging(version: str) -> Path:
+    """A new local folder to stage an artifact for a bucket in, its owner recorded beside it; the folders
+    of writers that died on this machine (killed: their ``finally`` never ran) are removed first."""
+    scratch = _scratch()
+    _sweep_staging(scratch)
+    tmp = Path(tempfile.mkdtemp(prefix=f"{version}.", dir=scratch))
+    tmp.with_name(tmp.name + OWNER).write_text(f"{socket.gethostname()} {os.getpid()}")
+    return tmp
+
+
+def _sweep_staging(scratch: Path) -> None:
+    """Remove the staging folders whose writer is gone: its process is dead on this host, or (no owner
+    recorded) the folder is older than UNOWNED_DAYS. Another host's folder in a shared cache is left."""
+    host = socket.gethostname()
+    for folder in (p for p in scratch.iterdir() if p.is_dir()):
+        owner = folder.with_name(folder.name + OWNER)
+        try:
+            if owner.exists():
+                owner_host, pid = owner.read_text().split()
+                dead = owner_host == host and not _alive(int(pid))
+            else:
+                dead = time.time() - folder.stat().st_mtime > UNOWNED_DAYS * 86400
+        except (OSError, ValueError):  # another sweeper got there first, or a torn marker: next time
+            continue
+        if dead:
+            shutil.rmtree(folder, ignore_errors=True)
+            owner.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True

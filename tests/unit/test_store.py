@@ -127,3 +127,50 @@ def test_write_stage_keeps_removed_documents_with_reason(tmp_path):
     removed = list(read_documents(tmp_path, prefix="removed"))
     assert [(d["id"], d["reason"]) for d in removed] == [("b", "too_short"), ("c", "empty")]
     assert Funnel.from_dict(json.loads(json.dumps(funnel.as_dict()))) == funnel
+
+
+def test_staging_of_dead_writers_is_swept_and_a_finished_write_leaves_none(tmp_path, monkeypatch):
+    """A writer to a bucket stages in the local cache; one killed mid-write (its ``finally`` never ran)
+    leaves its folder, which the next writer on this machine removes, and never a live writer's."""
+    import os
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    from marin_pipelines.store import OWNER, UNOWNED_DAYS, _staging
+
+    monkeypatch.setenv("MARIN_CACHE_DIR", str(tmp_path / "cache"))
+    staging = tmp_path / "cache" / "staging"
+    staging.mkdir(parents=True)
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
+    owners = {"dead": int(gone.stdout), "live": os.getpid()}
+    for name, pid in owners.items():
+        (staging / name).mkdir()
+        (staging / f"{name}{OWNER}").write_text(f"{socket.gethostname()} {pid}")
+    (staging / "elsewhere").mkdir()
+    (staging / f"elsewhere{OWNER}").write_text(f"another-host {owners['dead']}")  # a shared cache: left
+    for name, age in (("unowned_old", UNOWNED_DAYS + 1), ("unowned_new", 0)):
+        (staging / name).mkdir()
+        then = time.time() - age * 86400
+        os.utime(staging / name, (then, then))
+    new = _staging("v1")
+    left = {p.name for p in staging.iterdir() if p.is_dir()}
+    assert left == {"live", "elsewhere", "unowned_new", new.name}
+    assert not (staging / f"dead{OWNER}").exists() and (new.parent / f"{new.name}{OWNER}").exists()
+
+    store = ArtifactStore("memory://bucket/store")  # not local: staged in the cache, then put
+    with store.write(["a", "step"], "v2") as out:
+        (out.path / "data.txt").write_text("x")
+    assert store.get(["a", "step"], "v2") is not None
+    assert {p.name for p in staging.iterdir()} == {
+        "live",
+        f"live{OWNER}",
+        "elsewhere",
+        f"elsewhere{OWNER}",
+        "unowned_new",
+        new.name,
+        f"{new.name}{OWNER}",
+    }
