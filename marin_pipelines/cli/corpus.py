@@ -8,13 +8,11 @@ chunks it had not finished (they wait in a work folder beside ``--out``).
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-from pathlib import Path
 
 from marin_pipelines.cli import print_json
 from marin_pipelines.cli.engine_flags import add_engine_arguments, engine_from
-from marin_pipelines.cli.outputs import check_folder, held, naming
+from marin_pipelines.cli.outputs import new_folder
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -42,11 +40,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run_corpus(args: argparse.Namespace) -> int:
     from marin_pipelines.cli.tokenize import flags_config
     from marin_pipelines.crawl.corpus import CorpusConfig, corpus_identity, write_corpus
-    from marin_pipelines.store import version_hash
 
-    out = Path(args.out)
-    if out.exists():
-        raise ValueError(f"--out {out} already exists; a corpus is written to a new folder")
     config = flags_config(
         CorpusConfig,
         paths=args.input,
@@ -60,19 +54,9 @@ def run_corpus(args: argparse.Namespace) -> int:
         max_chars=args.max_chars,
     )
     engine = engine_from(args)
-    check_folder(str(out.parent), "--out")
-    # finished chunks of these flags and files wait here after a kill; other flags never reuse them
-    work = out.with_name(
-        f".{out.name}.work-{version_hash([config.model_dump(mode='json'), corpus_identity(config)])}"
-    )
-    with held(str(out), "corpus"):  # two commands never build into one work folder
-        if out.exists():
-            raise ValueError(f"--out {out} was made meanwhile by another command; give a new folder")
-        with naming(str(out)):
-            result = write_corpus(config, str(work), engine)
-            work.mkdir(exist_ok=True)  # no document and nothing removed: still a folder
-            os.replace(work, out)
+    with new_folder(args.out, "corpus", [config.model_dump(mode="json"), corpus_identity(config)]) as work:
+        result = write_corpus(config, work, engine)
     if not result.funnel.docs_out:
         print(f"marin-pipelines corpus: no document kept: {result.funnel.as_dict()}", file=sys.stderr)
-    print_json({"out": str(out), **result.as_dict()})
+    print_json({"out": args.out, **result.as_dict()})
     return 0

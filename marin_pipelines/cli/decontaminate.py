@@ -1,10 +1,10 @@
 """`marin-pipelines decontaminate`: documents less those that share a long n-gram with evaluation data
 (``text/decontaminated_text.py``), without the UI. ``--input`` is a folder of ``documents-*.parquet`` (a
 document step's output, or ``corpus``'s); ``--against`` takes lm-eval task names or YAMLs and files (``.txt``
-one item a line, ``.jsonl`` with a ``text`` field or chat ``messages``). ``--out`` receives the kept
-``documents-*.parquet`` and the ``removed-*.parquet`` (with the sets and items each matched); a rerun
-finishes an interrupted one. The last line printed is one JSON object: the funnel and, per evaluation set,
-the documents matched and the items found in the training data.
+one item a line, ``.jsonl`` with a ``text`` field or chat ``messages``). ``--out``, a new folder, receives the
+kept ``documents-*.parquet`` and the ``removed-*.parquet`` (with the sets and items each matched); a killed
+run, started again with the same flags and inputs, finishes where it stopped. The last line printed is one
+JSON object: the funnel and, per evaluation set, the documents matched and the items found in the data.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import sys
 
 from marin_pipelines.cli import print_json
 from marin_pipelines.cli.engine_flags import add_engine_arguments, engine_from
-from marin_pipelines.cli.outputs import check_folder, held, naming
+from marin_pipelines.cli.outputs import new_folder
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -49,15 +49,19 @@ def _run(args: argparse.Namespace) -> int:
         contamination_report,
         decontaminate,
     )
+    from marin_pipelines.tokenize.text_sources import find_files
 
+    shards = find_files([args.input], (".parquet",))
     if not list_shards(args.input):
         raise FileNotFoundError(f"--input {args.input}: no documents-*.parquet there")
     config = DecontaminationConfig(n=args.n, min_words=args.min_words, min_overlap=args.min_overlap)
-    index = NgramIndex(evaluation_items(args.against), config)
+    items = evaluation_items(args.against)
+    index = NgramIndex(items, config)
     print(f"{len(index.items)} evaluation items from {len(index.suites)} sets", file=sys.stderr)
-    check_folder(args.out)
-    with held(args.out, "decontaminate"), naming(args.out):
-        funnel = run_stage(decontaminate, index, args.input, args.out, engine_from(args))
+    inputs = [[url, info.get("size"), str(info.get("mtime"))] for url, info in shards.items()]
+    key = [config.model_dump(mode="json"), inputs, [[i.suite, i.item, i.text] for i in items]]
+    with new_folder(args.out, "decontaminate", key) as work:
+        funnel = run_stage(decontaminate, index, args.input, work, engine_from(args))
     removed = (doc for shard in list_shards(args.out, REMOVED_PREFIX) for doc in read_shard(shard))
     report = contamination_report(removed, index)
     print_json({"funnel": funnel.as_dict(), **report}, sort_keys=True)

@@ -15,6 +15,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 
 class OutputError(ValueError):
@@ -114,3 +115,26 @@ def held(url: str, command: str) -> Iterator[None]:
 
     with hold_output(url, command, say):
         yield
+
+
+@contextmanager
+def new_folder(out: str, command: str, key: Any) -> Iterator[str]:
+    """Build the new folder ``out`` through a work folder beside it named by ``key`` (the command's config
+    and the identity of its inputs): a killed run, started again with the same flags and inputs, resumes
+    there, and other flags or inputs never reuse it; ``out`` appears whole, by a rename, or not at all."""
+    from marin_pipelines.store import version_hash
+
+    if "://" in out:
+        raise OutputError(f"--out {out}: give a local folder (the output appears by a rename)")
+    path = Path(out)
+    if path.exists():
+        raise OutputError(f"--out {out} already exists; give a new folder")
+    check_folder(str(path.parent), "--out")
+    work = path.with_name(f".{path.name}.work-{version_hash(key)}")
+    with held(out, command):  # two commands never build into one work folder
+        if path.exists():
+            raise OutputError(f"--out {out} was made meanwhile by another command; give a new folder")
+        with naming(out):
+            yield str(work)
+            work.mkdir(exist_ok=True)  # nothing written (no document): still a folder
+            os.replace(work, path)

@@ -81,7 +81,7 @@ def file_items(paths: Sequence[str | os.PathLike[str]]) -> Iterator[EvalItem]:
 def _jsonl_items(path: str, suite: str) -> Iterator[EvalItem]:
     with fsspec.open(path, "rt", encoding="utf-8") as f:
         first = next((line for line in f if line.strip()), "")
-    if "messages" in json.loads(first or "{}"):
+    if isinstance(head := _record(first or "{}", path, 1), dict) and "messages" in head:
         conversations = read_conversations([path], ChatStats())
         for n, messages in enumerate(conversations, 1):
             yield EvalItem(suite, str(n), "\n".join(m["content"] for m in messages))
@@ -90,10 +90,17 @@ def _jsonl_items(path: str, suite: str) -> Iterator[EvalItem]:
         for n, line in enumerate(f, 1):
             if not line.strip():
                 continue
-            record = json.loads(line)
+            record = _record(line, path, n)
             if not isinstance(record, dict) or not isinstance(record.get("text"), str):
                 raise ValueError(f"evaluation file {path}:{n}: expected a 'text' field or chat 'messages'")
             yield EvalItem(suite, str(record.get("id", n)), record["text"])
+
+
+def _record(line: str, path: str, n: int) -> Any:
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"evaluation file {path}:{n}: not JSON ({e.msg})") from None
 
 
 def evaluation_items(against: Sequence[str]) -> list[EvalItem]:

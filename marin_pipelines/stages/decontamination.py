@@ -55,10 +55,9 @@ def decontaminated_text(
     sets and items they matched; the metadata counts them per set, and which items of each set are in the
     training data."""
     try:
-        items = evaluation_items(config.against)
+        index = NgramIndex(evaluation_items(config.against), config.decontamination)
     except (ValueError, FileNotFoundError) as e:
         raise InputError(f"{ctx.step.name}: against: {e}") from None
-    index = NgramIndex(items, config.decontamination)
     ctx.log(f"{ctx.step.name}: {len(index.items)} evaluation items indexed from {len(index.suites)} sets")
     sources = [a.url for _, a in sorted(text.items())] if isinstance(text, dict) else [text.url]  # snapshots
     funnel = run_stage(decontaminate, index, sources, out.work, ctx.engine, ctx.progress("shards"))

@@ -153,7 +153,7 @@ def decontaminated_items(store: ArtifactStore, caches: Iterable[str]) -> dict[st
     (``items_in_training_data``), walking the manifests' records of their inputs (unpartitioned steps: a
     decontamination reads every snapshot and is not partitioned itself)."""
     found: dict[str, set[str]] = {}
-    todo = [json.loads(read_url(f"{url.rstrip('/')}/manifest.json")) for url in caches]
+    todo = [manifest for url in caches if (manifest := _manifest(url)) is not None]
     seen: set[str] = set()
     while todo:
         manifest = todo.pop()
@@ -165,6 +165,15 @@ def decontaminated_items(store: ArtifactStore, caches: Iterable[str]) -> dict[st
             if (upstream := store.get(name.split("/"), version)) is not None:
                 todo.append(upstream.manifest)
     return {suite: sorted(items) for suite, items in sorted(found.items()) if items}
+
+
+def _manifest(url: str) -> dict[str, Any] | None:
+    """A cache's manifest; None for a cache made outside the store (``marin-pipelines tokenize``): no
+    lineage to walk."""
+    try:
+        return json.loads(read_url(f"{url.rstrip('/')}/manifest.json"))
+    except FileNotFoundError:
+        return None
 
 
 def training_sources(checkpoint: Artifact, tokenized_cache: Artifact) -> dict[str, str]:

@@ -113,6 +113,11 @@ class NgramIndex:
             order = np.argsort(values, kind="stable")
             self.tables[n] = (values[order], who[order])
         self.suites = sorted({item.suite for item in self.items} | set(self.too_short))
+        if not self.items:  # a step that could never remove anything would look like a clean corpus
+            short = f" ({sum(self.too_short.values())} shorter than min_words {config.min_words})"
+            raise ValueError(
+                "no evaluation item to decontaminate against" + (short if self.too_short else "")
+            )
 
     def matches(self, text: str) -> dict[int, str]:
         """The items ``text`` shares an n-gram with (at least ``min_overlap`` of the item's), each with one

@@ -98,7 +98,12 @@ def _through_link(fs: Any, name: str, info: dict[str, Any]) -> dict[str, Any]:
     to its blobs): the target's size and modification time, the link's name."""
     if not info.get("islink") or info["type"] == "file":
         return info
-    return {**fs.info(os.path.realpath(name)), "name": name}
+    try:
+        return {**fs.info(os.path.realpath(name)), "name": name}
+    except FileNotFoundError:
+        raise FileNotFoundError(
+            f"{name} is a link to {os.path.realpath(name)}, which does not exist"
+        ) from None
 
 
 def kind_of(url: str, suffixes: tuple[str, ...] = SUFFIXES) -> str:

@@ -85,3 +85,6 @@ def test_the_command_writes_kept_and_removed_shards_and_prints_the_report(tmp_pa
     assert {d["id"]: d["matched_sets"] for d in removed} == {"a": ["marin_python_text"], "b": ["items.txt"]}
     assert main(["decontaminate", "--input", str(tmp_path), "--against", "x", "--out", str(out)]) == 2
     assert "no documents-*.parquet there" in capsys.readouterr().err
+    # other items into the same --out would mix two runs' shards: a new folder is asked for
+    assert main([*argv[:-1], "--out", str(out), "--workers", "1"]) == 2
+    assert f"--out {out} already exists" in capsys.readouterr().err

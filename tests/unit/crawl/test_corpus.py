@@ -164,6 +164,9 @@ def test_a_hub_cache_snapshot_is_read_through_its_links_to_blobs(tmp_path):
     config = CorpusConfig(paths=[str(tmp_path / "snapshots" / "rev1")], globs=["data/*.parquet"])
     result = write_corpus(config, str(tmp_path / "out"))
     assert result.funnel.docs_out == 2 and result.bytes == (tmp_path / "blobs" / "9f2c").stat().st_size
+    (data / "train-extra.parquet").symlink_to(Path("../../../blobs/gone"))  # a blob not downloaded
+    with pytest.raises(FileNotFoundError, match=r"train-extra.parquet is a link to .*gone, which does not"):
+        write_corpus(config, str(tmp_path / "again"))
 
 
 def test_a_field_mapping_that_matches_nothing_lists_the_fields(tmp_path):

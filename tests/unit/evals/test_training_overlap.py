@@ -27,3 +27,9 @@ def test_items_found_upstream_of_the_training_caches_are_gathered(tmp_path):
     urls = [store.url(["a", "tokenized_cache"], "v1"), store.url(["b", "tokenized_cache"], "v1")]
     assert decontaminated_items(store, urls) == {"mc": ["2"], "text": ["0", "1", "4"]}
     assert decontaminated_items(store, [store.url(["c", "tokenized_cache"], "v1")]) == {}
+    made_by_the_command = tmp_path / "cli_cache"  # `marin-pipelines tokenize`: no manifest, no lineage
+    made_by_the_command.mkdir()
+    assert decontaminated_items(store, [str(made_by_the_command), *urls]) == {
+        "mc": ["2"],
+        "text": ["0", "1", "4"],
+    }

@@ -88,6 +88,8 @@ def test_short_items_are_matched_whole_or_counted_too_short():
         0: "one two three four five six seven eight"
     }
     assert index.matches("one two three four five six seven nine") == {}
+    with pytest.raises(ValueError, match=r"no evaluation item to decontaminate against \(1 shorter than"):
+        NgramIndex([EvalItem("s", "2", "too short")], DecontaminationConfig())  # a step that removes nothing
 
 
 def test_ngram_hashes_depend_on_the_words_and_their_order():
@@ -117,6 +119,9 @@ def test_item_files_read_lines_texts_and_chats(tmp_path):
         ("texts.jsonl", "a", "alpha beta"),
         ("chats.jsonl", "1", "hi there\nhello"),
     ]
+    (tmp_path / "broken.jsonl").write_text('{"text": "fine"}\n{"text": \n')
+    with pytest.raises(ValueError, match=r"broken.jsonl:2: not JSON"):
+        list(file_items([str(tmp_path / "broken.jsonl")]))
     (tmp_path / "bad.jsonl").write_text('{"question": "no text"}\n')
     with pytest.raises(ValueError, match=r"bad.jsonl:1: expected a 'text' field or chat 'messages'"):
         list(file_items([str(tmp_path / "bad.jsonl")]))
