@@ -264,11 +264,12 @@ def summary(done: StepRun, steps: ForecastSteps, recipe_name: str, cpu: float, s
         say(f"rung {i}/{len(rungs)}: {label}: loss {m['loss']:.4f} ({how_made(done, trained, key)})")
     prediction = done.output(steps.target.prediction)
     record = json.loads(prediction.file(FORECAST).read_text())
-    low, high = record["prediction"]["low"], record["prediction"]["high"]
+    (low_80, high_80), (low, high) = record["prediction"]["interval_80"], record["prediction"]["interval_95"]
     said = "forecast" if done.was_built(steps.target.prediction) else "forecast reused"
     say(
-        f"{said}: loss {record['prediction']['loss']:.4f} [{low:.4f}, {high:.4f}], preregistered at "
-        f"{record['preregistered_at']} ({prediction.file(FORECAST)})"
+        f"{said}: loss {record['prediction']['loss']:.4f}, 80% [{low_80:.4f}, {high_80:.4f}], 95% "
+        f"[{low:.4f}, {high:.4f}], preregistered at {record['preregistered_at']} "
+        f"({prediction.file(FORECAST)})"
     )
     for warning in prediction.metadata.get("warnings", []):
         say(f"forecast warning: {warning}")
@@ -283,6 +284,8 @@ def summary(done: StepRun, steps: ForecastSteps, recipe_name: str, cpu: float, s
     return {
         "recipe": recipe_name,
         "prediction": record["prediction"],
+        "interval_80": record["prediction"]["interval_80"],
+        "interval_95": record["prediction"]["interval_95"],
         "actual": result["actual"],
         "error": result["error"],
         "extrapolation": result["extrapolation"],

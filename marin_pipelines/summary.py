@@ -92,19 +92,28 @@ def forecast_order(result: dict) -> str:
     return f"AFTER it started at {result['target_started_at']} (a target reused: no preregistration)"
 
 
+def trust(result: dict, low: float, high: float) -> str:
+    """The 95% interval's reach below and above the forecast, and what each source adds to it."""
+    predicted, sources = result["predicted"], result["sources"]["95"]
+    parts = ", ".join(f"{name} -{100 * down:.1f}%/+{100 * up:.1f}%" for name, (down, up) in sources.items())
+    return f"95% reaches {100 * (low / predicted - 1):+.1f}% / {100 * (high / predicted - 1):+.1f}% ({parts})"
+
+
 def _isoflop(law: dict, forecast: dict) -> list[str]:
     target, result = forecast["target"], law["result"]
-    predicted = f"{result['predicted']:.3f} [{result['low']:.3f}, {result['high']:.3f}]"
-    if result["low"] == result["high"]:  # every used budget's parabola runs through all of its runs
-        predicted += " (no spread: sweep more than 3 sizes, or 2 seeds, for an interval)"
+    (low_80, high_80), (low, high) = result["interval_80"], result["interval_95"]
+    predicted = f"{result['predicted']:.3f}, 80% [{low_80:.3f}, {high_80:.3f}], 95% [{low:.3f}, {high:.3f}]"
+    if max(result["sources"]["95"]["noise"]) < 1e-9:  # each used budget's parabola runs through all its runs
+        predicted += " (no noise measured: sweep more than 3 sizes, or 2 seeds)"
     lines = [
         f"IsoFLOP ladder: {forecast['n_runs']} runs, {forecast['n_budgets']} budgets used; "
         f"frontier {forecast['frontier']}",
         *(f"  {row}" for row in forecast["markdown"]["optima"].splitlines()),
         f"target run ({target['shape']} by the recipe, {target['flops']:.2g} FLOPs, "
         f"{forecast['extrapolation']:.3g}x the ladder's top budget), forecast at "
-        f"{forecast['preregistered_at']} {forecast_order(result)}: loss {predicted}, "
-        f"actual {result['actual']:.3f} ({100 * result['error']:+.1f}%)",
+        f"{forecast['preregistered_at']} {forecast_order(result)}: loss {predicted}",
+        f"  how far to trust it, said before the run: {trust(result, low, high)}",
+        f"  how it fared: actual {result['actual']:.3f} ({100 * result['error']:+.1f}%), {result['fell']}",
     ]
     for metric, d in law["downstream"].items():
         error = "" if d["relative_error"] is None else f" ({100 * d['relative_error']:+.1f}%)"

@@ -290,7 +290,22 @@ def plot_frontier(
         "C0",
         (f"budget optima L* ({len(usable)} budgets)", "frontier fit", f"{name}: forecast {loss:.4f}"),
     )
-    handles[-1].set_label(f"{handles[-1].get_label()} [{low:.4f}, {high:.4f}]")
+    handles[-1].set_label(f"{handles[-1].get_label()}, 95% [{low:.4f}, {high:.4f}]")
+    if 0.8 in forecast.intervals:  # the 80% interval, a thicker bar inside the 95% one
+        narrow = forecast.intervals[0.8]
+        handles.append(
+            left.errorbar(
+                [target],
+                [loss],
+                yerr=[[loss - narrow.low], [narrow.high - loss]],
+                fmt="none",
+                elinewidth=5,
+                alpha=0.45,
+                color="C0",
+                zorder=5,
+                label=f"80% [{narrow.low:.4f}, {narrow.high:.4f}]",
+            )
+        )
     if forecast.chinchilla_loss is not None:
         handles.append(
             left.scatter(

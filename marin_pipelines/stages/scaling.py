@@ -26,6 +26,8 @@ from marin_pipelines.scaling.downstream import (
     downstream_forecast,
     plot_downstream,
 )
+from marin_pipelines.scaling.fit import CONFIDENCE
+from marin_pipelines.scaling.forecast_interval import PredictiveInterval
 from marin_pipelines.scaling.frontier import Forecast, forecast
 from marin_pipelines.scaling.isoflop_report import (
     plot_frontier,
@@ -197,7 +199,9 @@ def isoflop_run(evals: Artifact) -> dict[str, Any]:
 
 @stage(
     IsoflopForecastConfig,
-    revision=3,  # 2: the ladder's diagnostics (unigram baseline, target epochs); 3: no-floor warning
+    # 2: the ladder's diagnostics (unigram baseline, target epochs); 3: no-floor warning; 4: the predictive
+    # intervals at 80% and 95% with their sources
+    revision=4,
     group="scaling",
     kinds=("scipy", "polars"),
     checks={"ladder_informative": Check(ladder_informative, blocking=False)},
@@ -245,11 +249,7 @@ def isoflop_forecast(
         "preregistered_at": datetime.now(UTC).isoformat(timespec="microseconds"),
         "cache": TokenCache(tokenized_cache.url).identity,
         "target": target,
-        "prediction": {
-            "loss": predicted.loss,
-            "low": predicted.loss_interval[0],
-            "high": predicted.loss_interval[1],
-        },
+        "prediction": prediction_record(predicted),
         "forecast": predicted.as_dict(),
         "downstream": {metric: d.as_dict() for metric, d in downstream.items()},
         "diagnostics": diagnostics,
@@ -264,6 +264,9 @@ def isoflop_forecast(
         preregistered_at=record["preregistered_at"],
         predicted_loss=predicted.loss,
         loss_interval=list(predicted.loss_interval),
+        interval_80=record["prediction"]["interval_80"],
+        interval_95=record["prediction"]["interval_95"],
+        interval_sources=record["prediction"]["sources"],
         frontier=predicted.frontier.formula,
         target=target,
         extrapolation=budget / max(r["budget"] for r in runs),
@@ -272,10 +275,48 @@ def isoflop_forecast(
         seed_spread=predicted.seed_spread,
         downstream={metric: d.value for metric, d in downstream.items()},
         rung_table=RUNG_TABLE,
-        markdown={"optima": optima_table(predicted)},
+        markdown={"trust": trust_table(predicted), "optima": optima_table(predicted)},
         plots=plots,
         **diagnostics,
     )
+
+
+def prediction_record(predicted: Forecast) -> dict[str, Any]:
+    """What is preregistered: the loss, its 95% interval as (low, high), both levels' intervals and the
+    sources of their widths (``forecast_interval.py``)."""
+    sources = predicted.as_dict()["interval_sources"]
+    return {
+        "loss": predicted.loss,
+        "low": predicted.loss_interval[0],
+        "high": predicted.loss_interval[1],
+        "level": CONFIDENCE,
+        **{f"interval_{key}": [i.low, i.high] for key, i in _by_percent(predicted).items()},
+        "sources": sources,
+    }
+
+
+def _by_percent(predicted: Forecast) -> dict[str, PredictiveInterval]:
+    return {f"{round(100 * level)}": i for level, i in predicted.intervals.items()}
+
+
+def trust_table(predicted: Forecast) -> str:
+    """Markdown, written before the target runs: each level's interval, how far it reaches below and
+    above the forecast, and what each source adds on each side."""
+    rows = [
+        "| level | interval | below | above | noise | floor | form |",
+        "|---|---|---|---|---|---|---|",
+    ]
+
+    def pair(sides: tuple[float, float]) -> str:
+        return f"-{100 * sides[0]:.1f}% / +{100 * sides[1]:.1f}%"
+
+    for key, i in _by_percent(predicted).items():
+        below, above = 1 - i.low / predicted.loss, i.high / predicted.loss - 1
+        rows.append(
+            f"| {key}% | [{i.low:.4f}, {i.high:.4f}] | -{100 * below:.1f}% | +{100 * above:.1f}% "
+            f"| {pair(i.noise)} | {pair(i.floor)} | {pair(i.form)} |"
+        )
+    return "\n".join(rows)
 
 
 def isoflop_plots(
@@ -339,8 +380,15 @@ def within_accuracy_goal(artifact: Artifact) -> tuple[bool, dict[str, Any]]:
 
 
 def _promise(result: dict[str, Any]) -> dict[str, Any]:
-    keys = ("predicted", "low", "high", "actual", "error", "preregistered")
+    keys = ("predicted", "low", "high", "interval_80", "actual", "error", "preregistered")
     return {key: result[key] for key in keys}
+
+
+def where_it_fell(result: dict[str, Any]) -> str:
+    """Where the actual fell: inside both intervals, the 95% one only, or outside both."""
+    if result["within_80"]:
+        return "inside the 80% and 95% intervals"
+    return "inside the 95% interval only" if result["within_interval"] else "outside both intervals"
 
 
 def started_at(manifest: dict[str, Any]) -> datetime:
@@ -353,10 +401,10 @@ def started_at(manifest: dict[str, Any]) -> datetime:
     return created - timedelta(seconds=float(manifest["wall_seconds"]))
 
 
-# revision 2: the forecast against the actual as the headline
+# revision 2: the forecast against the actual as the headline; 3: both levels' intervals
 @stage(
     LawConfig,
-    revision=2,
+    revision=3,
     group="scaling",
     kinds=("scipy",),
     checks={
@@ -388,6 +436,10 @@ def isoflop_law(
         "actual": actual,
         "error": (prediction["loss"] - actual) / actual,
         "within_interval": prediction["low"] <= actual <= prediction["high"],
+        "interval_80": prediction["interval_80"],
+        "interval_95": prediction["interval_95"],
+        "within_80": prediction["interval_80"][0] <= actual <= prediction["interval_80"][1],
+        "sources": prediction["sources"],
         "extrapolation": record["target"]["budget"] / max(r["budget"] for r in runs),
         "preregistered_at": record["preregistered_at"],
         "target_started_at": started.isoformat(),
@@ -406,13 +458,13 @@ def isoflop_law(
         plots[f"downstream {metric}"] = downstream_plot(
             runs, again, out.path, actual=(actual, scores[metric])
         )
+    result["fell"] = where_it_fell(result)
     (out.path / RESULT).write_text(json.dumps({**result, "downstream": downstream}, indent=2))
     when = "before the target started" if result["preregistered"] else "AFTER the target started"
     headline = (
-        f"**forecast {result['predicted']:.3f}** [{result['low']:.3f}, {result['high']:.3f}], "
+        f"**forecast {result['predicted']:.3f}**, 95% [{result['low']:.3f}, {result['high']:.3f}], "
         f"written {when}; "
-        f"**actual {actual:.3f}** ({100 * result['error']:+.1f}%), "
-        f"{'inside' if result['within_interval'] else 'outside'} the interval, "
+        f"**actual {actual:.3f}** ({100 * result['error']:+.1f}%), {result['fell']}, "
         f"{result['extrapolation']:.3g}x past the ladder's largest budget"
     )
     out.metadata.update(

@@ -349,10 +349,18 @@ def test_the_summary_reads_the_run_back_from_the_store(graph):
     assert "IsoFLOP ladder: 9 runs, 3 budgets used; frontier L*(C) = " in text
     assert text.count("| 1e+10 |") == text.count("| 2e+10 |") == text.count("| 4e+10 |") == 1
     result, held_error = law["result"], law["downstream"]["bpb/held"]
-    assert f"loss {result['predicted']:.3f} [{result['low']:.3f}, {result['high']:.3f}]" in text
-    # 3 sizes of one seed per budget: each parabola is exact, and the summary says why there is no spread
-    assert ("(no spread: sweep more than 3 sizes" in text) == (result["low"] == result["high"])
-    assert f"actual {result['actual']:.3f} ({100 * result['error']:+.1f}%)" in text
+    (low_80, high_80), (low, high) = result["interval_80"], result["interval_95"]
+    assert (
+        f"loss {result['predicted']:.3f}, 80% [{low_80:.3f}, {high_80:.3f}], 95% [{low:.3f}, {high:.3f}]"
+        in text
+    )
+    # 3 sizes of one seed per budget: each parabola is exact, and the summary says why there is no noise
+    assert "(no noise measured: sweep more than 3 sizes, or 2 seeds)" in text
+    assert "how far to trust it, said before the run: 95% reaches" in text
+    assert (
+        f"how it fared: actual {result['actual']:.3f} ({100 * result['error']:+.1f}%), {result['fell']}"
+        in text
+    )
     assert f"bpb/held: forecast {held_error['predicted']:.3f}, actual {held_error['actual']:.3f}" in text
 
 

@@ -37,6 +37,8 @@ SETTINGS = {"vocab_size": 512, "seq_len": 32, "max_epochs": 4.0, "points_per_bud
 FIELDS = {
     "recipe": str,
     "prediction": dict,
+    "interval_80": list,
+    "interval_95": list,
     "actual": float,
     "error": float,
     "extrapolation": float,
@@ -98,8 +100,11 @@ def test_the_forecast_is_written_before_its_target_trains(forecast):
     for field, kind in FIELDS.items():
         assert isinstance(result[field], kind), field
     prediction = result["prediction"]
-    assert set(prediction) == {"loss", "low", "high"}
-    assert prediction["low"] <= prediction["loss"] <= prediction["high"]
+    assert set(prediction) == {"loss", "low", "high", "level", "interval_80", "interval_95", "sources"}
+    (low_80, high_80), (low, high) = result["interval_80"], result["interval_95"]
+    assert (prediction["low"], prediction["high"], prediction["level"]) == (low, high, 0.95)
+    assert low <= low_80 <= prediction["loss"] <= high_80 <= high  # the 80% interval inside the 95%
+    assert set(prediction["sources"]["95"]) == {"noise", "floor", "form"}
     assert result["error"] == pytest.approx((prediction["loss"] - result["actual"]) / result["actual"])
     assert abs(result["error"]) < 0.5  # a forecast, if a rough one at this size
     assert result["extrapolation"] == pytest.approx(TARGET / max(BUDGETS))

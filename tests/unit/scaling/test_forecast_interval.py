@@ -1,0 +1,141 @@
+"""The forecast's predictive interval: its sources, and its coverage on small numbers.
+
+``bench/forecast_calibration.py`` measures coverage on hundreds of ladders; here a dozen seeded ladders of
+one shape, the Chinchilla runs and this project's recorded ladders check that the interval holds what
+it should, so a change that narrows it past the evidence fails.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from marin_pipelines.scaling import synthetic_ladder
+from marin_pipelines.scaling.forecast_interval import LEVELS, floor_ranges, form_bias, predictive_intervals
+from marin_pipelines.scaling.frontier import Forecast, backtest, forecast
+from marin_pipelines.scaling.synthetic_ladder import HOFFMANN
+
+BENCH = Path(__file__).parents[3] / "bench"
+
+
+def calibration():
+    """``bench/forecast_calibration.py``, whose data readers the real-ladder tests share."""
+    sys.path.insert(0, str(BENCH))
+    try:
+        import forecast_calibration
+    finally:
+        sys.path.remove(str(BENCH))
+    return forecast_calibration
+
+
+@cache
+def drawn(budgets: int, seeds: int, seed: int) -> tuple[Forecast, float]:
+    """A ladder of ``budgets`` budgets a factor 2 apart from Hoffmann et al.'s law, 0.6% noise a run,
+    forecast 10x past its top; and the true optimal loss there."""
+    span = tuple(1e18 * 2.0 ** np.arange(budgets))
+    runs = synthetic_ladder.ladder(
+        HOFFMANN, span, np.random.default_rng(seed), sizes=5, seeds=seeds, noise=0.006
+    )
+    target = 10 * span[-1]
+    return forecast(runs, target, bootstrap=100, seed=0, cross_check=False), synthetic_ladder.optimum(
+        HOFFMANN, target
+    )[1]
+
+
+def test_each_side_is_the_root_sum_of_squares_of_its_sources():
+    result, _ = drawn(4, 3, 0)
+    assert set(result.intervals) == set(LEVELS)
+    for level, i in result.intervals.items():
+        below = math.sqrt(i.noise[0] ** 2 + i.floor[0] ** 2 + i.form[0] ** 2)
+        above = math.sqrt(i.noise[1] ** 2 + i.floor[1] ** 2 + i.form[1] ** 2)
+        assert i.low == pytest.approx(result.loss * (1 - below)), level
+        assert i.high == pytest.approx(result.loss * (1 + above)), level
+    narrow, wide = result.intervals[0.8], result.intervals[0.95]
+    assert wide.low < narrow.low < result.loss < narrow.high < wide.high
+    assert result.loss_interval == (wide.low, wide.high)
+    written = result.as_dict()
+    assert written["interval_80"] == [narrow.low, narrow.high] and written["interval_95"] == [
+        wide.low,
+        wide.high,
+    ]
+    assert set(written["interval_sources"]["95"]) == {"noise", "floor", "form"}
+
+
+def test_without_resamples_the_interval_is_the_point():
+    runs = synthetic_ladder.ladder(HOFFMANN, (1e18, 2e18, 4e18, 8e18), np.random.default_rng(0), sizes=5)
+    result = forecast(runs, 8e19, bootstrap=0, cross_check=False)
+    assert all((i.low, i.high) == (result.loss, result.loss) for i in result.intervals.values())
+
+
+def test_an_unidentified_floor_widens_the_interval_upward():
+    """Three budgets hold E at 0: every floor the optima allow lands higher, so the floor source reaches
+    far above the forecast and not below it; seven budgets over 64x pin the floor much closer."""
+    three, _ = drawn(3, 1, 0)
+    seven, _ = drawn(7, 3, 0)
+    assert three.frontier.E == 0
+    down, up = three.intervals[0.95].floor
+    assert down == 0 and up > 0.05
+    assert max(seven.intervals[0.95].floor) < up / 3
+
+
+def test_the_floor_profile_keeps_the_true_floor_of_an_exact_frontier():
+    budgets = [1e18, 2e18, 4e18, 8e18, 1.6e19]
+    losses = [1.7 + 40 * c**-0.08 for c in budgets]
+    spreads = [0.003] * len(budgets)
+    target = 1.6e20
+    truth = 1.7 + 40 * target**-0.08
+    for level, (low, high) in floor_ranges(budgets, losses, spreads, target).items():
+        assert low <= truth <= high, level
+        assert high - low < 0.2 * truth  # five exact optima do bound the floor
+
+
+def test_the_form_is_the_backtest_beyond_its_noise():
+    assert form_bias(0.01, [0.02, -0.02, 0.0, 0.01, -0.01]) == 0  # within the resamples' spread
+    assert form_bias(0.05, [0.0, 0.0]) == pytest.approx(0.05)
+    assert form_bias(-0.05, [0.01, -0.01]) == pytest.approx(math.sqrt(0.05**2 - 0.0002))
+    exact = [3.0 * c**-0.05 for c in (1e18, 2e18, 4e18)]
+    assert backtest([1e18, 2e18, 4e18], exact) == pytest.approx(0, abs=1e-9)  # a power law forecasts itself
+    bent = [*exact[:2], exact[2] * 0.97]  # the top optimum 3% below the line through the two
+    assert backtest([1e18, 2e18, 4e18], bent) == pytest.approx(1 / 0.97 - 1)
+
+
+def test_predictive_intervals_read_the_noise_at_each_level():
+    noise = list(np.linspace(1.9, 2.1, 1001))  # uniform: 80% spans +-0.08, 95% +-0.095
+    found = predictive_intervals(2.0, noise, {0.8: (2.0, 2.0), 0.95: (2.0, 2.0)}, form=0.0)
+    assert (found[0.8].low, found[0.8].high) == pytest.approx((1.92, 2.08))
+    assert (found[0.95].low, found[0.95].high) == pytest.approx((1.905, 2.095))
+    shaped = predictive_intervals(2.0, [2.0, 2.0], {0.8: (2.0, 2.0), 0.95: (2.0, 2.0)}, form=0.1)
+    assert shaped[0.95].form == (0.1, 0.1)
+    assert shaped[0.8].form[0] == pytest.approx(0.1 * 1.2816 / 1.96, rel=1e-3)  # z at 80% over z at 95%
+
+
+def test_the_interval_covers_the_truth_on_drawn_ladders():
+    """12 seeded ladders, 4 budgets over 8x with 3 seeds: the 95% interval holds the true loss in at
+    least 11 and the 80% one in at least 8 (the bench measures the rates; here, a floor)."""
+    results = [drawn(4, 3, seed) for seed in range(12)]
+    inside = {
+        level: sum(r.intervals[level].low <= t <= r.intervals[level].high for r, t in results)
+        for level in LEVELS
+    }
+    assert inside[0.95] >= 11 and inside[0.8] >= 8
+
+
+@pytest.mark.parametrize("fraction", [1 / 100, 1 / 30, 1 / 10])
+def test_the_chinchilla_runs_top_optimum_lies_in_the_95_interval(fraction):
+    row = calibration().chinchilla(fraction)
+    low, high = row["interval_95"]
+    assert low <= row["actual"] <= high, row
+
+
+def test_this_projects_recorded_ladders_land_in_their_95_intervals():
+    bench = calibration()
+    records = bench.ladder_records()
+    assert {r["experiment"] for r in records} >= {"demo"}
+    for record in records:
+        row = bench.recorded(record)
+        assert row["inside"]["95"], row
