@@ -264,8 +264,10 @@ def plan_ladder(
                 progress(candidate.describe(error))
     plannable = [c for c in candidates if c.refused is None]
     if not plannable:
-        reasons = "; ".join(sorted({c.refused or "" for c in candidates}))
-        raise ValueError(f"the recipe plans no candidate ladder below {top:.3g} FLOPs: {reasons}")
+        raise ValueError(  # the smallest candidate's budgets are in every other's
+            f"the recipe plans no candidate ladder below {top:.3g} FLOPs (target / extrapolation): "
+            f"{candidates[0].refused}"
+        )
     limit = math.inf if max_ladder_ratio is None else max_ladder_ratio
     affordable = [c for c in plannable if c.ratio <= limit]
     meeting = [c for c in affordable if (c.probability or 0) >= probability]
