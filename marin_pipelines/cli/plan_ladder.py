@@ -93,11 +93,8 @@ def run_plan_ladder_command(args: argparse.Namespace) -> int:
 
 def table(plan: LadderPlan) -> str:
     """Every candidate, one row: its shape, cost and how often it lands within the error; * the plan."""
-    header = (
-        f"  budgets  span  seeds  runs  ladder FLOPs  x target  within {plan.error:.2%}  "
-        f"error at {plan.wanted_probability:.0%}"
-    )
-    rows = [header]
+    within, at = f"within {plan.error:.2%}", f"error at {plan.wanted_probability:.0%}"
+    rows = [f"  budgets  span  seeds  runs  ladder FLOPs  x target  {within}  {at}"]
     for c in plan.candidates:
         mark = "*" if (c.budgets, c.seeds) == (plan.budgets, plan.seeds) else " "
         shape = f"{mark} {len(c.budgets):>7}  {c.span:>4.0f}  {c.seeds:>5}"
@@ -105,7 +102,7 @@ def table(plan: LadderPlan) -> str:
             rows.append(f"{shape}  refused: {c.refused}")
             continue
         rows.append(
-            f"{shape}  {c.runs:>4}  {c.ladder_flops:>12.3g}  {c.ratio:>8.2f}  {c.probability:>{9 + 5}.0%}  "
-            f"{c.error_at_probability:>{9 + 3}.2%}"
+            f"{shape}  {c.runs:>4}  {c.ladder_flops:>12.3g}  {c.ratio:>8.2f}  "
+            f"{c.probability:>{len(within)}.0%}  {c.error_at_probability:>{len(at)}.2%}"
         )
     return "\n".join(rows)

@@ -124,7 +124,8 @@ class Candidate:
 @dataclass(frozen=True)
 class LadderPlan:
     """The cheapest candidate that reaches the wanted probability or, where none does (``reachable``
-    False), the best one; its fields are that candidate's, ``message`` says what it means."""
+    False), the one within the smallest error at that probability; its fields are that candidate's,
+    ``message`` says what it means."""
 
     target_budget: float
     error: float
@@ -208,6 +209,8 @@ def plan_ladder(
     ``max_ladder_ratio`` x the target's FLOPs where given. Its top budget is ``target_budget /
     extrapolation``; ``progress`` gets one line per candidate. An accuracy out of reach is a plan with
     ``reachable`` False, not an error; bad arguments, or a recipe that plans no candidate, raise ValueError.
+    The draws sweep ``points_per_budget`` sizes at every budget, also where the recipe merges two points onto
+    one shape (at its smallest budgets); ``runs`` and ``ladder_flops`` are the recipe's rungs.
     """
     _check(
         target_budget=(target_budget, target_budget > 0 and math.isfinite(target_budget), "positive"),
@@ -275,7 +278,8 @@ def plan_ladder(
     if reachable:
         chosen = min(meeting, key=lambda c: c.ladder_flops)
     else:
-        chosen = max(affordable or plannable, key=lambda c: (c.probability or 0, -c.ladder_flops))
+        # the best promise at the wanted probability: a share within an error out of reach is mostly 0
+        chosen = min(affordable or plannable, key=lambda c: (c.error_at_probability, c.ladder_flops))
     message = _message(chosen, reachable, affordable, plannable, error, probability, max_ladder_ratio, draws)
     return LadderPlan(
         target_budget=target_budget,

@@ -55,6 +55,8 @@ def test_an_accuracy_out_of_reach_is_a_plan_that_says_so(limits, message):
     plan = plan_ladder(1.6e13, limits.pop("error"), **SMALL, **limits)
     assert not plan.reachable and message in plan.message
     assert plan.budgets and plan.ladder_flops > 0  # the best candidate, with its cost
+    # the best: the smallest error it lands within at the wanted probability
+    assert plan.error_at_probability == min(c.error_at_probability for c in plan.candidates)
 
 
 def test_the_recipe_refuses_budgets_too_small_for_its_shapes():
