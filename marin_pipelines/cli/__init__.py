@@ -27,6 +27,7 @@ COMMANDS = (
     "eval",
     "fit_scaling_law",
     "forecast",
+    "plan_ladder",
     "leaderboard",
     "process_crawl",
     "decontaminate",

@@ -39,6 +39,19 @@ def recipe_option(text: str) -> tuple[str, Any]:
         return key, value
 
 
+def recipe_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--recipe NAME`` and ``--recipe-option KEY=VALUE`` (repeatable): a registered recipe and overrides."""
+    parser.add_argument("--recipe", default="delphi", help="the scaling recipe (delphi, constant)")
+    parser.add_argument(
+        "--recipe-option",
+        type=recipe_option,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override one of the recipe's constants, e.g. head_dim=8 (repeatable)",
+    )
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "forecast",
@@ -55,15 +68,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--budgets", type=budgets, required=True, help="the ladder's FLOP budgets: B1,B2,...")
     parser.add_argument("--target", type=float, required=True, help="the FLOP budget forecast and then run")
-    parser.add_argument("--recipe", default="delphi", help="the scaling recipe (delphi, constant)")
-    parser.add_argument(
-        "--recipe-option",
-        type=recipe_option,
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override one of the recipe's constants, e.g. head_dim=8 (repeatable)",
-    )
+    recipe_arguments(parser)
     parser.add_argument("--seeds", type=int, default=1, help="seeds per rung (their spread is reported)")
     parser.add_argument("--points-per-budget", type=int, default=5, help="sizes swept per budget (>= 3)")
     parser.add_argument("--vocab-size", type=int, default=2048, help="the BPE trained on the text")

@@ -1,0 +1,356 @@
+"""Plan an IsoFLOP ladder for a wanted forecast accuracy before its first rung trains (issue 39).
+
+A forecast's error has the law's part (the loss curve is not the form fitted) and the ladder's (noisy
+optima, a frontier fitted over a narrow span). The ladder's part can be measured before training: draw
+ladders of a candidate's shape from a known law with seed-like noise (``synthetic_ladder``), forecast
+each with the pipeline's own frontier, and count how often the forecast lands within the wanted error.
+The planner does that for ladders of 3..``max_budgets`` budgets a factor 2 apart below
+``target / extrapolation`` and 1..``max_seeds`` seeds a size, and proposes the cheapest one (in training
+FLOPs, as the recipe plans its rungs) that reaches the wanted probability. The law being exactly true,
+this is a lower bound on what a ladder needs: a real loss curve that bends past the ladder adds its own
+error (the README's "Towards forecasts that hold").
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from pydantic import TypeAdapter
+
+from marin_pipelines.scaling import synthetic_ladder
+from marin_pipelines.scaling.frontier import forecast
+from marin_pipelines.scaling.isoflop_ladder import MIN_BUDGETS, MIN_POINTS, IsoflopLadderConfig
+from marin_pipelines.scaling.recipe import AnyRecipe, Recipe
+from marin_pipelines.scaling.synthetic_ladder import HOFFMANN
+
+ANCHOR = 1e18  # the synthetic ladder's smallest budget (bench/ladder_power.py's)
+DEFAULT_NOISE = 0.006  # relative seed noise a run: scaling_forecast's measured 0.61%
+
+
+@dataclass(frozen=True)
+class ForecastErrors:
+    """The forecasts' relative errors over ``draws`` synthetic ladders of one shape; NaN where a draw left
+    fewer than 3 budgets bracketed (no forecast: a miss). ``floor_at_zero``: draws whose frontier's E sat at
+    its bound 0 (the point fit's ``Forecast.warnings``)."""
+
+    errors: tuple[float, ...]
+    floor_at_zero: int
+
+    def within(self, error: float) -> float:
+        """The share of draws whose forecast lands within ``error`` (relative) of the true loss."""
+        return float(np.mean(np.abs(np.asarray(self.errors)) <= error))
+
+    def error_at(self, probability: float) -> float:
+        """The smallest error the forecast lands within in at least ``probability`` of the draws."""
+        misses = np.sort(np.nan_to_num(np.abs(self.errors), nan=math.inf))
+        return float(misses[math.ceil(probability * len(misses)) - 1])
+
+
+def forecast_errors(
+    budgets: Sequence[float],
+    *,
+    sizes: int = 5,
+    seeds: int = 1,
+    noise: float = DEFAULT_NOISE,
+    draws: int = 40,
+    extrapolation: float = 10.0,
+    seed: int = 0,
+) -> ForecastErrors:
+    """How a ladder with these budgets' ratios forecasts ``extrapolation`` x past its top budget when the
+    law is Hoffmann et al.'s, exactly, and each run's loss carries ``noise`` (relative, normal in log).
+
+    The synthetic ladder's smallest budget sits at ``ANCHOR`` FLOPs whatever the candidate, as in
+    ``bench/ladder_power.py``: a ladder of k budgets is then the first k budgets of one of k + 1 (draw i
+    uses numpy's generator seeded ``seed + i`` in every shape), so candidates differ by the budgets they add,
+    not by fresh noise, and the bench and the planner report the same figures for the same shapes. The
+    forecast is the point forecast (no bootstrap): it is what is scored against the truth.
+    """
+    synthetic = [ANCHOR * b / min(budgets) for b in sorted(budgets)]
+    target = extrapolation * synthetic[-1]
+    truth = synthetic_ladder.optimum(HOFFMANN, target)[1]
+    errors: list[float] = []
+    floor_at_zero = 0
+    for i in range(draws):
+        runs = synthetic_ladder.ladder(
+            HOFFMANN, synthetic, np.random.default_rng(seed + i), sizes=sizes, seeds=seeds, noise=noise
+        )
+        try:
+            result = forecast(runs, target, bootstrap=0, cross_check=False)
+        except ValueError:  # fewer than 3 budgets with a bracketed optimum
+            errors.append(math.nan)
+            continue
+        errors.append(result.loss / truth - 1)
+        floor_at_zero += bool(result.warnings)
+    return ForecastErrors(tuple(errors), floor_at_zero)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One ladder considered: its budgets and seeds, what the recipe plans for it, and how often its
+    forecast lands within the wanted error (None where the recipe refused it: ``refused`` says why)."""
+
+    budgets: tuple[float, ...]
+    seeds: int
+    runs: int  # rungs x seeds, as the recipe plans them
+    ladder_flops: float  # the planned rungs' training FLOPs
+    ratio: float  # ladder_flops / the target's budget
+    probability: float | None
+    error_at_probability: float | None  # the error it lands within at the wanted probability
+    refused: str | None = None
+
+    @property
+    def span(self) -> float:
+        return max(self.budgets) / min(self.budgets)
+
+    def describe(self, error: float) -> str:
+        shape = f"{len(self.budgets)} budgets over {self.span:.0f}x, {self.seeds} seed(s)"
+        if self.refused is not None:
+            return f"{shape}: refused by the recipe ({self.refused})"
+        return (
+            f"{shape}: {self.runs} runs, {self.ladder_flops:.3g} FLOPs ({self.ratio:.2f}x the target), "
+            f"within {error:.2%} in {self.probability:.0%} of draws"
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "budgets": list(self.budgets), "span": self.span}
+
+
+@dataclass(frozen=True)
+class LadderPlan:
+    """The cheapest candidate that reaches the wanted probability or, where none does (``reachable``
+    False), the one within the smallest error at that probability; its fields are that candidate's,
+    ``message`` says what it means."""
+
+    target_budget: float
+    error: float
+    wanted_probability: float
+    budgets: tuple[float, ...]
+    points_per_budget: int
+    seeds: int
+    runs: int
+    ladder_flops: float
+    ratio: float
+    probability: float
+    error_at_probability: float
+    reachable: bool
+    message: str
+    recipe: Recipe
+    vocab_size: int
+    seq_len: int
+    extrapolation: float
+    noise: float
+    draws: int
+    candidates: tuple[Candidate, ...]
+
+    def ladder_config(self) -> dict[str, Any]:
+        """The IsoFLOP ladder's config (``isoflop_ladder(..., ladder=...)``, the keys of
+        ``scaling_forecast.LADDER``): the recipe as its name and the constants it overrides."""
+        return {
+            "recipe": {"name": self.recipe.name, **self.recipe.model_dump(exclude_defaults=True)},
+            "budgets": list(self.budgets),
+            "points_per_budget": self.points_per_budget,
+            "seeds": self.seeds,
+            "vocab_size": self.vocab_size,
+            "seq_len": self.seq_len,
+            "target_budget": self.target_budget,
+        }
+
+    def as_dict(self) -> dict[str, Any]:
+        fields = {k: v for k, v in asdict(self).items() if k not in ("recipe", "candidates")}
+        return {
+            **fields,
+            "budgets": list(self.budgets),
+            "ladder": self.ladder_config(),
+            "candidates": [c.as_dict() for c in self.candidates],
+        }
+
+
+def _check(**checks: tuple[Any, bool, str]) -> None:
+    for name, (value, ok, allowed) in checks.items():
+        if not ok:
+            raise ValueError(f"{name} must be {allowed}, got {value}")
+
+
+def _planned(config: IsoflopLadderConfig) -> tuple[int, float] | str:
+    """The rungs and training FLOPs of one seed a size as the recipe plans the ladder, or why it refuses."""
+    try:
+        rungs = config.plan().rungs
+    except ValueError as e:
+        return str(e)
+    return len(rungs), sum(r.run.flops for r in rungs)
+
+
+def plan_ladder(
+    target_budget: float,
+    error: float,
+    *,
+    recipe: Recipe | dict[str, Any],
+    vocab_size: int,
+    seq_len: int,
+    points_per_budget: int = 5,
+    extrapolation: float = 10.0,
+    probability: float = 0.9,
+    noise: float = DEFAULT_NOISE,
+    max_budgets: int = 8,
+    max_seeds: int = 3,
+    max_ladder_ratio: float | None = None,
+    draws: int = 40,
+    seed: int = 0,
+    progress: Callable[[str], None] | None = None,
+) -> LadderPlan:
+    """The cheapest IsoFLOP ladder whose forecast of ``target_budget``'s loss lands within ``error``
+    (relative) in at least ``probability`` of synthetic draws (module docstring), with at most
+    ``max_ladder_ratio`` x the target's FLOPs where given. Its top budget is ``target_budget /
+    extrapolation``; ``progress`` gets one line per candidate. An accuracy out of reach is a plan with
+    ``reachable`` False, not an error; bad arguments, or a recipe that plans no candidate, raise ValueError.
+    The draws sweep ``points_per_budget`` sizes at every budget, also where the recipe merges two points onto
+    one shape (at its smallest budgets); ``runs`` and ``ladder_flops`` are the recipe's rungs.
+    """
+    _check(
+        target_budget=(target_budget, target_budget > 0 and math.isfinite(target_budget), "positive"),
+        error=(error, error > 0, "positive (relative, e.g. 0.01)"),
+        probability=(probability, 0 < probability < 1, "in (0, 1)"),
+        extrapolation=(extrapolation, extrapolation >= 1, "at least 1"),
+        noise=(noise, noise >= 0, "non-negative (relative, e.g. 0.006)"),
+        points_per_budget=(points_per_budget, points_per_budget >= MIN_POINTS, f"at least {MIN_POINTS}"),
+        max_budgets=(max_budgets, max_budgets >= MIN_BUDGETS, f"at least {MIN_BUDGETS}"),
+        max_seeds=(max_seeds, max_seeds >= 1, "at least 1"),
+        draws=(draws, draws >= 1, "at least 1"),
+        max_ladder_ratio=(max_ladder_ratio, max_ladder_ratio is None or max_ladder_ratio > 0, "positive"),
+    )
+    if isinstance(recipe, dict):
+        recipe = TypeAdapter(AnyRecipe).validate_python(recipe)
+    top = target_budget / extrapolation
+    candidates: list[Candidate] = []
+    for count in range(MIN_BUDGETS, max_budgets + 1):
+        budgets = tuple(top / 2**i for i in reversed(range(count)))
+        config = IsoflopLadderConfig(
+            recipe=recipe,
+            budgets=list(budgets),
+            points_per_budget=points_per_budget,
+            vocab_size=vocab_size,
+            seq_len=seq_len,
+            target_budget=target_budget,
+        )
+        planned = _planned(config)  # a seed only reseeds each rung: s seeds cost s times one
+        for seeds in range(1, max_seeds + 1):
+            if isinstance(planned, str):
+                candidate = Candidate(budgets, seeds, 0, math.nan, math.nan, None, None, planned)
+            else:
+                found = forecast_errors(
+                    budgets,
+                    sizes=points_per_budget,
+                    seeds=seeds,
+                    noise=noise,
+                    draws=draws,
+                    extrapolation=extrapolation,
+                    seed=seed,
+                )
+                flops = seeds * planned[1]
+                candidate = Candidate(
+                    budgets,
+                    seeds,
+                    seeds * planned[0],
+                    flops,
+                    flops / target_budget,
+                    found.within(error),
+                    found.error_at(probability),
+                )
+            candidates.append(candidate)
+            if progress is not None:
+                progress(candidate.describe(error))
+    plannable = [c for c in candidates if c.refused is None]
+    if not plannable:
+        raise ValueError(  # the smallest candidate's budgets are in every other's
+            f"the recipe plans no candidate ladder below {top:.3g} FLOPs (target / extrapolation): "
+            f"{candidates[0].refused}"
+        )
+    limit = math.inf if max_ladder_ratio is None else max_ladder_ratio
+    affordable = [c for c in plannable if c.ratio <= limit]
+    meeting = [c for c in affordable if (c.probability or 0) >= probability]
+    reachable = bool(meeting)
+    if reachable:
+        chosen = min(meeting, key=lambda c: c.ladder_flops)
+    else:
+        # the best promise at the wanted probability: a share within an error out of reach is mostly 0
+        chosen = min(affordable or plannable, key=lambda c: (c.error_at_probability, c.ladder_flops))
+    message = _message(chosen, reachable, affordable, plannable, error, probability, max_ladder_ratio, draws)
+    return LadderPlan(
+        target_budget=target_budget,
+        error=error,
+        wanted_probability=probability,
+        budgets=chosen.budgets,
+        points_per_budget=points_per_budget,
+        seeds=chosen.seeds,
+        runs=chosen.runs,
+        ladder_flops=chosen.ladder_flops,
+        ratio=chosen.ratio,
+        probability=chosen.probability or 0.0,
+        error_at_probability=chosen.error_at_probability or math.inf,
+        reachable=reachable,
+        message=message,
+        recipe=recipe,
+        vocab_size=vocab_size,
+        seq_len=seq_len,
+        extrapolation=extrapolation,
+        noise=noise,
+        draws=draws,
+        candidates=tuple(candidates),
+    )
+
+
+def _message(
+    chosen: Candidate,
+    reachable: bool,
+    affordable: list[Candidate],
+    plannable: list[Candidate],
+    error: float,
+    probability: float,
+    max_ladder_ratio: float | None,
+    draws: int,
+) -> str:
+    shape = (
+        f"{len(chosen.budgets)} budgets a factor 2 apart ({min(chosen.budgets):.3g} to "
+        f"{max(chosen.budgets):.3g} FLOPs, {chosen.span:.0f}x) with {chosen.seeds} seed(s) a size: "
+        f"{chosen.runs} runs, {chosen.ladder_flops:.3g} FLOPs, {chosen.ratio:.2f}x the target's"
+    )
+    if reachable:
+        return (
+            f"{shape}. Its forecast landed within {error:.2%} in {chosen.probability:.0%} of {draws} "
+            f"synthetic draws (at least {probability:.0%} asked), the law exactly true: a curve that bends "
+            "past the ladder adds its own error."
+        )
+    within = "" if max_ladder_ratio is None else f" within {max_ladder_ratio:g}x the target's FLOPs"
+    if not affordable:
+        cheapest = min(plannable, key=lambda c: c.ladder_flops)
+        return (
+            f"No candidate ladder fits{within}: the cheapest costs {cheapest.ratio:.2f}x the target's FLOPs. "
+            f"Allow more compute (max_ladder_ratio) or fewer points per budget."
+        )
+    return (
+        f"A forecast within {error:.2%} in {probability:.0%} of draws is out of reach for these ladders"
+        f"{within}. The best, {shape}, lands within it in {chosen.probability:.0%} of {draws} draws; at "
+        f"{probability:.0%} it promises {chosen.error_at_probability:.2%}. Ask for a looser error or a lower "
+        "probability, or allow more budgets, seeds or compute."
+    )
+
+
+def noise_from_forecast(path: str | Path) -> tuple[float, str]:
+    """The relative seed noise a run measured on an existing ladder: ``seed_spread`` (the pooled std of loss
+    across seeds, absolute) over the mean of its usable optima's losses, from the ``forecast.json`` the
+    ``isoflop_forecast`` step writes; with no seeds, ``DEFAULT_NOISE``. Returns (noise, a line saying
+    which)."""
+    record = json.loads(Path(path).read_text())["forecast"]
+    spread = record.get("seed_spread")
+    if spread is None:
+        return DEFAULT_NOISE, f"{path} has no seeds to measure noise on: using {DEFAULT_NOISE:.2%} a run"
+    losses = [o["profile"]["loss"] for o in record["optima"] if o["usable"]]
+    mean = float(np.mean(losses))
+    noise = spread / mean
+    return noise, f"noise {noise:.2%} a run: a seed spread of {spread:.4g} over optima of {mean:.4g}"
