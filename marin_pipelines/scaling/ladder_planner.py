@@ -30,6 +30,7 @@ from marin_pipelines.scaling.recipe import AnyRecipe, Recipe
 from marin_pipelines.scaling.synthetic_ladder import HOFFMANN
 
 ANCHOR = 1e18  # the synthetic ladder's smallest budget (bench/ladder_power.py's)
+INTERVAL_DRAWS, INTERVAL_BOOTSTRAP = 12, 50  # draws and resamples that measure the plan's interval width
 DEFAULT_NOISE = 0.006  # relative seed noise a run: scaling_forecast's measured 0.61%
 
 
@@ -41,6 +42,7 @@ class ForecastErrors:
 
     errors: tuple[float, ...]
     floor_at_zero: int
+    widths: tuple[float, ...] = ()  # the 95% predictive intervals' widths, relative, where asked for
 
     def within(self, error: float) -> float:
         """The share of draws whose forecast lands within ``error`` (relative) of the true loss."""
@@ -61,6 +63,7 @@ def forecast_errors(
     draws: int = 40,
     extrapolation: float = 10.0,
     seed: int = 0,
+    bootstrap: int = 0,
 ) -> ForecastErrors:
     """How a ladder with these budgets' ratios forecasts ``extrapolation`` x past its top budget when the
     law is Hoffmann et al.'s, exactly, and each run's loss carries ``noise`` (relative, normal in log).
@@ -69,25 +72,30 @@ def forecast_errors(
     ``bench/ladder_power.py``: a ladder of k budgets is then the first k budgets of one of k + 1 (draw i
     uses numpy's generator seeded ``seed + i`` in every shape), so candidates differ by the budgets they add,
     not by fresh noise, and the bench and the planner report the same figures for the same shapes. The
-    forecast is the point forecast (no bootstrap): it is what is scored against the truth.
+    point forecast is what is scored against the truth; with ``bootstrap`` resamples each draw's 95%
+    predictive interval is computed too, and its width kept.
     """
     synthetic = [ANCHOR * b / min(budgets) for b in sorted(budgets)]
     target = extrapolation * synthetic[-1]
     truth = synthetic_ladder.optimum(HOFFMANN, target)[1]
     errors: list[float] = []
+    widths: list[float] = []
     floor_at_zero = 0
     for i in range(draws):
         runs = synthetic_ladder.ladder(
             HOFFMANN, synthetic, np.random.default_rng(seed + i), sizes=sizes, seeds=seeds, noise=noise
         )
         try:
-            result = forecast(runs, target, bootstrap=0, cross_check=False)
+            result = forecast(runs, target, bootstrap=bootstrap, cross_check=False)
         except ValueError:  # fewer than 3 budgets with a bracketed optimum
             errors.append(math.nan)
             continue
         errors.append(result.loss / truth - 1)
         floor_at_zero += bool(result.warnings)
-    return ForecastErrors(tuple(errors), floor_at_zero)
+        if bootstrap:
+            low, high = result.loss_interval
+            widths.append((high - low) / result.loss)
+    return ForecastErrors(tuple(errors), floor_at_zero, tuple(widths))
 
 
 @dataclass(frozen=True)
@@ -138,6 +146,7 @@ class LadderPlan:
     ratio: float
     probability: float
     error_at_probability: float
+    interval_width_95: float  # the median width of the plan's 95% predictive interval, relative
     reachable: bool
     message: str
     recipe: Recipe
@@ -280,7 +289,23 @@ def plan_ladder(
     else:
         # the best promise at the wanted probability: a share within an error out of reach is mostly 0
         chosen = min(affordable or plannable, key=lambda c: (c.error_at_probability, c.ladder_flops))
+    # what the plan's forecast will say of itself: its preregistered 95% interval's typical width
+    width = forecast_errors(
+        chosen.budgets,
+        sizes=points_per_budget,
+        seeds=chosen.seeds,
+        noise=noise,
+        draws=min(draws, INTERVAL_DRAWS),
+        extrapolation=extrapolation,
+        seed=seed,
+        bootstrap=INTERVAL_BOOTSTRAP,
+    ).widths
+    interval_width = float(np.median(width)) if width else math.nan
     message = _message(chosen, reachable, affordable, plannable, error, probability, max_ladder_ratio, draws)
+    message += (
+        f" Its preregistered 95% interval would be about {interval_width:.1%} wide (the median of "
+        f"{len(width)} draws)."
+    )
     return LadderPlan(
         target_budget=target_budget,
         error=error,
@@ -293,6 +318,7 @@ def plan_ladder(
         ratio=chosen.ratio,
         probability=chosen.probability or 0.0,
         error_at_probability=chosen.error_at_probability or math.inf,
+        interval_width_95=interval_width,
         reachable=reachable,
         message=message,
         recipe=recipe,

@@ -101,6 +101,8 @@ def test_scaling_forecasts_target_needs_about_seven_budgets_and_three_seeds():
     shapes = {(len(c.budgets), c.seeds): c for c in plan.candidates}
     assert shapes[4, 1].probability <= 0.3  # scaling_forecast's own shape
     assert shapes[4, 1].probability == forecast_errors(2.0 ** np.arange(4)).within(0.01)
+    # and what that forecast will say of itself: a 95% interval a few percent wide, not 1% nor 20%
+    assert 0.01 < plan.interval_width_95 < 0.06 and "95% interval would be about" in plan.message
 
 
 def test_noise_from_an_existing_ladders_forecast(tmp_path):
