@@ -17,6 +17,7 @@ import json
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -236,6 +237,9 @@ def plan_ladder(
     if isinstance(recipe, dict):
         recipe = TypeAdapter(AnyRecipe).validate_python(recipe)
     top = target_budget / extrapolation
+    shape_errors = partial(
+        forecast_errors, sizes=points_per_budget, noise=noise, extrapolation=extrapolation, seed=seed
+    )
     candidates: list[Candidate] = []
     for count in range(MIN_BUDGETS, max_budgets + 1):
         budgets = tuple(top / 2**i for i in reversed(range(count)))
@@ -252,15 +256,7 @@ def plan_ladder(
             if isinstance(planned, str):
                 candidate = Candidate(budgets, seeds, 0, math.nan, math.nan, None, None, planned)
             else:
-                found = forecast_errors(
-                    budgets,
-                    sizes=points_per_budget,
-                    seeds=seeds,
-                    noise=noise,
-                    draws=draws,
-                    extrapolation=extrapolation,
-                    seed=seed,
-                )
+                found = shape_errors(budgets, seeds=seeds, draws=draws)
                 flops = seeds * planned[1]
                 candidate = Candidate(
                     budgets,
@@ -290,15 +286,9 @@ def plan_ladder(
         # the best promise at the wanted probability: a share within an error out of reach is mostly 0
         chosen = min(affordable or plannable, key=lambda c: (c.error_at_probability, c.ladder_flops))
     # what the plan's forecast will say of itself: its preregistered 95% interval's typical width
-    width = forecast_errors(
-        chosen.budgets,
-        sizes=points_per_budget,
-        seeds=chosen.seeds,
-        noise=noise,
-        draws=min(draws, INTERVAL_DRAWS),
-        extrapolation=extrapolation,
-        seed=seed,
-        bootstrap=INTERVAL_BOOTSTRAP,
+    draws_for_width = min(draws, INTERVAL_DRAWS)
+    width = shape_errors(
+        chosen.budgets, seeds=chosen.seeds, draws=draws_for_width, bootstrap=INTERVAL_BOOTSTRAP
     ).widths
     interval_width = float(np.median(width)) if width else math.nan
     message = _message(chosen, reachable, affordable, plannable, error, probability, max_ladder_ratio, draws)
