@@ -50,6 +50,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--max-ladder-ratio", type=float, default=None, help="the most a ladder may cost: x the target"
     )
+    parser.add_argument(
+        "--min-budget",
+        type=float,
+        default=None,
+        help="no budget below this (e.g. where rungs on your text still sit on the unigram plateau)",
+    )
     parser.add_argument("--draws", type=int, default=40, help="synthetic ladders drawn per candidate")
     parser.add_argument("--seed", type=int, default=0, help="seeds the draws (the same for every candidate)")
     parser.set_defaults(run=run_plan_ladder_command)
@@ -79,6 +85,7 @@ def run_plan_ladder_command(args: argparse.Namespace) -> int:
         max_budgets=args.max_budgets,
         max_seeds=args.max_seeds,
         max_ladder_ratio=args.max_ladder_ratio,
+        min_budget=args.min_budget,
         draws=args.draws,
         seed=args.seed,
         progress=say,
@@ -99,7 +106,7 @@ def table(plan: LadderPlan) -> str:
         mark = "*" if (c.budgets, c.seeds) == (plan.budgets, plan.seeds) else " "
         shape = f"{mark} {len(c.budgets):>7}  {c.span:>4.0f}  {c.seeds:>5}"
         if c.refused is not None:
-            rows.append(f"{shape}  refused: {c.refused}")
+            rows.append(f"{shape}  not planned: {c.refused}")
             continue
         rows.append(
             f"{shape}  {c.runs:>4}  {c.ladder_flops:>12.3g}  {c.ratio:>8.2f}  "

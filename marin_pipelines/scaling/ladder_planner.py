@@ -102,7 +102,8 @@ def forecast_errors(
 @dataclass(frozen=True)
 class Candidate:
     """One ladder considered: its budgets and seeds, what the recipe plans for it, and how often its
-    forecast lands within the wanted error (None where the recipe refused it: ``refused`` says why)."""
+    forecast lands within the wanted error (None where it is not planned: ``refused`` says why, the recipe's
+    reason or ``min_budget``)."""
 
     budgets: tuple[float, ...]
     seeds: int
@@ -120,7 +121,7 @@ class Candidate:
     def describe(self, error: float) -> str:
         shape = f"{len(self.budgets)} budgets over {self.span:.0f}x, {self.seeds} seed(s)"
         if self.refused is not None:
-            return f"{shape}: refused by the recipe ({self.refused})"
+            return f"{shape}: not planned ({self.refused})"
         return (
             f"{shape}: {self.runs} runs, {self.ladder_flops:.3g} FLOPs ({self.ratio:.2f}x the target), "
             f"within {error:.2%} in {self.probability:.0%} of draws"
@@ -210,6 +211,7 @@ def plan_ladder(
     max_budgets: int = 8,
     max_seeds: int = 3,
     max_ladder_ratio: float | None = None,
+    min_budget: float | None = None,
     draws: int = 40,
     seed: int = 0,
     progress: Callable[[str], None] | None = None,
@@ -217,11 +219,14 @@ def plan_ladder(
     """The cheapest IsoFLOP ladder whose forecast of ``target_budget``'s loss lands within ``error``
     (relative) in at least ``probability`` of synthetic draws (module docstring), with at most
     ``max_ladder_ratio`` x the target's FLOPs where given. Its top budget is ``target_budget /
-    extrapolation``; ``progress`` gets one line per candidate. An accuracy out of reach is a plan with
-    ``reachable`` False, not an error; bad arguments, or a recipe that plans no candidate, raise ValueError.
+    extrapolation``; no budget lies below ``min_budget`` where given (where rungs still sit on the unigram
+    plateau, say: the draws' law has no plateau). ``progress`` gets one line per candidate. An accuracy
+    out of reach is a plan with ``reachable`` False, not an error; bad arguments, or a recipe that plans no
+    candidate, raise ValueError.
     The draws sweep ``points_per_budget`` sizes at every budget, also where the recipe merges two points onto
     one shape (at its smallest budgets); ``runs`` and ``ladder_flops`` are the recipe's rungs.
     """
+    lowest = target_budget / max(extrapolation, 1.0) / 2 ** (MIN_BUDGETS - 1)  # a 3-budget ladder's least
     _check(
         target_budget=(target_budget, target_budget > 0 and math.isfinite(target_budget), "positive"),
         error=(error, error > 0, "positive (relative, e.g. 0.01)"),
@@ -233,6 +238,11 @@ def plan_ladder(
         max_seeds=(max_seeds, max_seeds >= 1, "at least 1"),
         draws=(draws, draws >= 1, "at least 1"),
         max_ladder_ratio=(max_ladder_ratio, max_ladder_ratio is None or max_ladder_ratio > 0, "positive"),
+        min_budget=(
+            min_budget,
+            min_budget is None or 0 < min_budget <= lowest,
+            f"in (0, {lowest:.3g}]: 3 budgets a factor 2 apart below target_budget / extrapolation",
+        ),
     )
     if isinstance(recipe, dict):
         recipe = TypeAdapter(AnyRecipe).validate_python(recipe)
@@ -252,6 +262,8 @@ def plan_ladder(
             target_budget=target_budget,
         )
         planned = _planned(config)  # a seed only reseeds each rung: s seeds cost s times one
+        if min_budget is not None and budgets[0] < min_budget * (1 - 1e-9):
+            planned = f"its smallest budget {budgets[0]:.3g} lies below min_budget {min_budget:.3g}"
         for seeds in range(1, max_seeds + 1):
             if isinstance(planned, str):
                 candidate = Candidate(budgets, seeds, 0, math.nan, math.nan, None, None, planned)
@@ -353,7 +365,7 @@ def _message(
         f"A forecast within {error:.2%} in {probability:.0%} of draws is out of reach for these ladders"
         f"{within}. The best, {shape}, lands within it in {chosen.probability:.0%} of {draws} draws; at "
         f"{probability:.0%} it promises {chosen.error_at_probability:.2%}. Ask for a looser error or a lower "
-        "probability, or allow more budgets, seeds or compute."
+        "probability, or allow more budgets, seeds or compute, or a target nearer the ladder (extrapolation)."
     )
 
 

@@ -82,6 +82,7 @@ def test_the_recipe_refuses_budgets_too_small_for_its_shapes():
         ("max_seeds", 0),
         ("draws", 0),
         ("max_ladder_ratio", 0.0),
+        ("min_budget", 1e12),  # above 1.6e12 / 4, the 3-budget ladder's smallest
         ("target_budget", -1.0),
     ],
 )
@@ -103,6 +104,16 @@ def test_scaling_forecasts_target_needs_about_seven_budgets_and_three_seeds():
     assert shapes[4, 1].probability == forecast_errors(2.0 ** np.arange(4)).within(0.01)
     # and what that forecast will say of itself: a 95% interval a few percent wide, not 1% nor 20%
     assert 0.01 < plan.interval_width_95 < 0.06 and "95% interval would be about" in plan.message
+
+
+def test_a_min_budget_keeps_the_ladder_off_the_plateau_and_says_what_that_costs():
+    """On scaling_forecast's text the rungs below 2e11 FLOPs still sit on the unigram plateau: with no
+    budget below it, only 3 or 4 budgets fit under 1.6e12, and 1% at 10x is out of reach."""
+    plan = plan_ladder(1.6e13, 0.01, **{**SMALL, "max_budgets": 6}, min_budget=2e11)
+    assert not plan.reachable and min(plan.budgets) >= 2e11
+    below = [c for c in plan.candidates if min(c.budgets) < 2e11]
+    assert below and all(c.refused and "below min_budget 2e+11" in c.refused for c in below)
+    assert all(c.refused is None for c in plan.candidates if min(c.budgets) >= 2e11)
 
 
 def test_noise_from_an_existing_ladders_forecast(tmp_path):
