@@ -4,7 +4,8 @@ A bootstrap over the rungs sees only how noisy the optima are. A forecast 10x pa
 what the ladder cannot see, so the interval adds, side by side in quadrature (relative to the forecast):
 
 - **noise**: the resamples' forecasts with the floor E held at the point fit's, as percentiles at each
-  level. It carries the sweeps' and the seeds' noise (rungs, then runs, are resampled).
+  level, widened by sqrt(n / (n - 3)) for a parabola through n runs (a bootstrap through 5 sizes
+  underrates its spread). It carries the sweeps' and the seeds' noise (rungs, then runs, are resampled).
 - **floor**: the forecast marginalised over E. For each E in [0, min L*) the power law through L* - E is
   fitted by weighted least squares (each optimum weighted by its own bootstrap spread) and weighted by
   its likelihood; the level's central interval of those forecasts is the floor's part. With 3 budgets,

@@ -14,9 +14,11 @@ rung is one (budget, N), holding one run per seed.
    unknowns through three noisy optima extrapolate the noise (a demo ladder's E went to 3.35 of an
    optimal 3.44, a = 1.17, and the forecast missed by +20%). For L(N, D) = E + A/N^alpha + B/D^beta the
    frontier is exact, with a = alpha beta / (alpha + beta). N*(C) and D*(C) are power laws through the optima.
-3. The forecast evaluates them at the target. Its intervals are percentiles over resamples that redo
-   the whole chain: rungs resampled with replacement within each budget, then runs within each rung, so
-   they carry both the sweep's and the seeds' noise. A resample that leaves any of the used budgets
+3. The forecast evaluates them at the target. The resamples redo the whole chain: rungs resampled with
+   replacement within each budget, then runs within each rung, so they carry both the sweep's and the
+   seeds' noise. N* and D* get their percentiles; the loss gets a predictive interval at 80% and 95%
+   (``forecast_interval.py``), of which the resamples are one source of three, beside the unidentified
+   floor and the curve's form past the ladder. A resample that leaves any of the used budgets
    unbracketed is drawn again. E's own interval over the resamples (``floor_interval``) says whether the
    ladder identifies a floor at all; where it reaches 0 the forecast warns (``Forecast.warnings``).
 
