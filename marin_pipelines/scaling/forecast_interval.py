@@ -109,9 +109,10 @@ def floor_ranges(
 
 
 def extrapolation_scale(budgets: Sequence[float], target: float) -> float:
-    """How many backtest steps the target lies past the top budget: log(target / top) / log(top / next)."""
+    """How many backtest steps the target lies past the top budget: log(target / top) / log(top / next);
+    0 for a target within the ladder, which the form cannot miss by extrapolating."""
     top, below = sorted(budgets)[-1], sorted(budgets)[-2]
-    return math.log(target / top) / math.log(top / below)
+    return max(0.0, math.log(target / top) / math.log(top / below))
 
 
 def form_bias(backtest: float, resampled: Sequence[float]) -> float:

@@ -204,6 +204,7 @@ def isoflop_run(evals: Artifact) -> dict[str, Any]:
     revision=4,
     group="scaling",
     kinds=("scipy", "polars"),
+    headline=("predicted_loss", "interval_80", "interval_95", "trust", "preregistered_at"),
     checks={"ladder_informative": Check(ladder_informative, blocking=False)},
 )
 def isoflop_forecast(

@@ -16,7 +16,13 @@ import numpy as np
 import pytest
 
 from marin_pipelines.scaling import synthetic_ladder
-from marin_pipelines.scaling.forecast_interval import LEVELS, floor_ranges, form_bias, predictive_intervals
+from marin_pipelines.scaling.forecast_interval import (
+    LEVELS,
+    extrapolation_scale,
+    floor_ranges,
+    form_bias,
+    predictive_intervals,
+)
 from marin_pipelines.scaling.frontier import Forecast, backtest, forecast
 from marin_pipelines.scaling.synthetic_ladder import HOFFMANN
 
@@ -102,6 +108,12 @@ def test_the_form_is_the_backtest_beyond_its_noise():
     assert backtest([1e18, 2e18, 4e18], exact) == pytest.approx(0, abs=1e-9)  # a power law forecasts itself
     bent = [*exact[:2], exact[2] * 0.97]  # the top optimum 3% below the line through the two
     assert backtest([1e18, 2e18, 4e18], bent) == pytest.approx(1 / 0.97 - 1)
+
+
+def test_the_form_grows_with_the_steps_past_the_ladder_and_is_nothing_within_it():
+    budgets = [1e18, 2e18, 4e18]
+    assert extrapolation_scale(budgets, 4e19) == pytest.approx(math.log(10) / math.log(2))
+    assert extrapolation_scale(budgets, 3e18) == 0
 
 
 def test_predictive_intervals_read_the_noise_at_each_level():
