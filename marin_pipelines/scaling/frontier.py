@@ -395,6 +395,27 @@ def _at_floor(chain: Chain, floor: float, target: float) -> float:
     return floor + math.exp(b[0] + k[0] * (math.log(target) - reference))
 
 
+def _predictive(
+    point: Chain,
+    usable: Sequence[BudgetOptimum],
+    at_floor: Sequence[float],
+    backtests: Sequence[float],
+    target: float,
+) -> dict[float, PredictiveInterval]:
+    """The loss's predictive intervals (``forecast_interval.py``) from the resamples' forecasts at the held
+    floor (``at_floor``) and their backtests' errors; with no resamples, the point alone."""
+    loss = point.frontier(target)
+    if not at_floor:
+        return predictive_intervals(loss, [], {}, 0.0)
+    # the resamples about the frontier's own forecast, widened as small samples ask
+    centre = _at_floor(point, point.frontier.E, target)
+    widen = float(np.mean([_small_sample(o.n_runs) for o in usable]))
+    noise = [loss * (1 + widen * (value / centre - 1)) for value in at_floor]
+    floors = floor_ranges(point.budgets, point.losses, [_relative_spread(o) for o in usable], target)
+    bias = form_bias(backtest(point.budgets, point.losses), backtests)
+    return predictive_intervals(loss, noise, floors, bias * extrapolation_scale(point.budgets, target))
+
+
 def _cross_check(runs: Sequence[Run]) -> tuple[ChinchillaLaw | None, str]:
     problem = chinchilla_fits(runs)
     if problem:
@@ -450,17 +471,12 @@ def _forecast(runs: Sequence[Run], target: float, bootstrap: int, seed: int, cro
 
     samples = _draws(draw, bootstrap)
     point_values = (frontier(target), params_law(target), tokens_law(target), frontier.E)
-    columns = list(zip(*samples, strict=True)) if samples else [[v] for v in point_values] + [[], []]
+    # per quantity: loss, N*, D*, E, the loss at the held floor, the backtest's error; without resamples
+    # every interval is the point's
+    empty: list[list[float]] = [[value] for value in point_values] + [[], []]
+    columns = list(zip(*samples, strict=True)) if samples else empty
     intervals = [_interval(values) for values in columns[:4]]
-    held_out = backtest(point.budgets, point.losses)
-    form = form_bias(held_out, columns[5]) * extrapolation_scale(point.budgets, target) if samples else 0.0
-    # the resamples at the held floor, about the frontier's own forecast and widened as small samples ask
-    centre, loss = _at_floor(point, frontier.E, target), point_values[0]
-    widen = float(np.mean([_small_sample(o.n_runs) for o in optima if o.usable]))
-    noise = [loss * (1 + widen * (v / centre - 1)) for v in columns[4]]
-    spreads = [_relative_spread(o) for o in optima if o.usable]
-    floors = floor_ranges(point.budgets, point.losses, spreads, target) if samples else {}
-    predictive = predictive_intervals(loss, noise, floors, form)
+    predictive = _predictive(point, [o for o in optima if o.usable], columns[4], columns[5], target)
     loss, params, tokens = point_values[:3]
     law, reason = _cross_check(runs) if cross_check else (None, "not asked for")
     return Forecast(
@@ -469,7 +485,7 @@ def _forecast(runs: Sequence[Run], target: float, bootstrap: int, seed: int, cro
         loss_interval=(predictive[CONFIDENCE].low, predictive[CONFIDENCE].high),
         intervals=predictive,
         bootstrap_interval=intervals[0],
-        backtest_error=held_out,
+        backtest_error=backtest(point.budgets, point.losses),
         form_scale=extrapolation_scale(point.budgets, target),
         params=params,
         params_interval=intervals[1],

@@ -285,14 +285,14 @@ def isoflop_forecast(
 def prediction_record(predicted: Forecast) -> dict[str, Any]:
     """What is preregistered: the loss, its 95% interval as (low, high), both levels' intervals and the
     sources of their widths (``forecast_interval.py``)."""
-    sources = predicted.as_dict()["interval_sources"]
+    levels = _by_percent(predicted)
     return {
         "loss": predicted.loss,
         "low": predicted.loss_interval[0],
         "high": predicted.loss_interval[1],
         "level": CONFIDENCE,
-        **{f"interval_{key}": [i.low, i.high] for key, i in _by_percent(predicted).items()},
-        "sources": sources,
+        **{f"interval_{key}": [i.low, i.high] for key, i in levels.items()},
+        "sources": {key: i.as_dict()["sources"] for key, i in levels.items()},
     }
 
 
