@@ -46,7 +46,7 @@ CHINCHILLA_TOLERANCE = 1.25  # a run belongs to a budget within this factor of i
 
 
 def inside(result: Forecast, truth: float) -> dict[str, bool]:
-    return {f"{round(100 * level)}": bool(i.low <= truth <= i.high) for level, i in result.intervals.items()}
+    return {key: bool(i.low <= truth <= i.high) for key, i in result.by_percent.items()}
 
 
 def width(result: Forecast, level: float) -> float:
@@ -135,7 +135,10 @@ def record(store: Path, experiment: str) -> Path:
     forecasts = [
         json.loads(p.read_text()) for p in store.glob(f"{experiment}/isoflop_forecast/_/*/forecast.json")
     ]
-    (written,) = [f for f in forecasts if f["preregistered_at"] == law["preregistered_at"]]
+    checked = [f for f in forecasts if f["preregistered_at"] == law["preregistered_at"]]
+    if len(checked) != 1:
+        raise SystemExit(f"{laws[-1]}: {len(checked)} forecasts preregistered at its time, not one")
+    written = checked[0]
     keys = ("budget", "params", "tokens", "loss", "seed")
     data = {
         "experiment": experiment,

@@ -138,6 +138,11 @@ class Forecast:
     form_scale: float  # log(target / top) / log(top / next): backtest steps to the target
 
     @property
+    def by_percent(self) -> dict[str, PredictiveInterval]:
+        """The intervals keyed as they are written: ``{"80": ..., "95": ...}``."""
+        return {f"{round(100 * level)}": i for level, i in self.intervals.items()}
+
+    @property
     def chinchilla_optimum(self) -> tuple[float, float] | None:
         """The L(N, D) law's own optimum at the target (approach 3), (N*, L*), with D = C / f(N) as the
         rungs count FLOPs; None without the law."""
@@ -188,10 +193,8 @@ class Forecast:
             "target_budget": self.target_budget,
             "loss": self.loss,
             "loss_interval": list(self.loss_interval),
-            **{f"interval_{round(100 * level)}": [i.low, i.high] for level, i in self.intervals.items()},
-            "interval_sources": {
-                f"{round(100 * level)}": i.as_dict()["sources"] for level, i in self.intervals.items()
-            },
+            **{f"interval_{key}": [i.low, i.high] for key, i in self.by_percent.items()},
+            "interval_sources": {key: i.as_dict()["sources"] for key, i in self.by_percent.items()},
             "bootstrap_interval": list(self.bootstrap_interval),
             "backtest_error": self.backtest_error,
             "form_scale": self.form_scale,

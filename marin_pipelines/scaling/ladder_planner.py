@@ -33,6 +33,8 @@ from marin_pipelines.scaling.synthetic_ladder import HOFFMANN
 ANCHOR = 1e18  # the synthetic ladder's smallest budget (bench/ladder_power.py's)
 INTERVAL_DRAWS, INTERVAL_BOOTSTRAP = 12, 50  # draws and resamples that measure the plan's interval width
 DEFAULT_NOISE = 0.006  # relative seed noise a run: scaling_forecast's measured 0.61%
+# what a plan's JSON takes from its chosen candidate, beside its budgets
+CHOSEN_FIELDS = ("seeds", "runs", "ladder_flops", "ratio", "probability", "error_at_probability")
 
 
 @dataclass(frozen=True)
@@ -133,21 +135,15 @@ class Candidate:
 
 @dataclass(frozen=True)
 class LadderPlan:
-    """The cheapest candidate that reaches the wanted probability or, where none does (``reachable``
-    False), the one within the smallest error at that probability; its fields are that candidate's,
-    ``message`` says what it means."""
+    """The chosen candidate: the cheapest that reaches the wanted probability or, where none does
+    (``reachable`` False), the one within the smallest error at that probability. ``message`` says what it
+    means; the chosen candidate's shape, cost and promise read through (``plan.budgets``...)."""
 
     target_budget: float
     error: float
     wanted_probability: float
-    budgets: tuple[float, ...]
+    chosen: Candidate
     points_per_budget: int
-    seeds: int
-    runs: int
-    ladder_flops: float
-    ratio: float
-    probability: float
-    error_at_probability: float
     interval_width_95: float  # the median width of the plan's 95% predictive interval, relative
     reachable: bool
     message: str
@@ -159,23 +155,57 @@ class LadderPlan:
     draws: int
     candidates: tuple[Candidate, ...]
 
+    @property
+    def budgets(self) -> tuple[float, ...]:
+        return self.chosen.budgets
+
+    @property
+    def seeds(self) -> int:
+        return self.chosen.seeds
+
+    @property
+    def runs(self) -> int:
+        return self.chosen.runs
+
+    @property
+    def ladder_flops(self) -> float:
+        return self.chosen.ladder_flops
+
+    @property
+    def ratio(self) -> float:
+        return self.chosen.ratio
+
+    @property
+    def probability(self) -> float:
+        """The share of draws within ``error``; never None: the chosen candidate is planned."""
+        assert self.chosen.probability is not None
+        return self.chosen.probability
+
+    @property
+    def error_at_probability(self) -> float:
+        assert self.chosen.error_at_probability is not None
+        return self.chosen.error_at_probability
+
     def ladder_config(self) -> dict[str, Any]:
         """The IsoFLOP ladder's config (``isoflop_ladder(..., ladder=...)``, the keys of
         ``scaling_forecast.LADDER``): the recipe as its name and the constants it overrides."""
         return {
             "recipe": {"name": self.recipe.name, **self.recipe.model_dump(exclude_defaults=True)},
-            "budgets": list(self.budgets),
+            "budgets": list(self.chosen.budgets),
             "points_per_budget": self.points_per_budget,
-            "seeds": self.seeds,
+            "seeds": self.chosen.seeds,
             "vocab_size": self.vocab_size,
             "seq_len": self.seq_len,
             "target_budget": self.target_budget,
         }
 
     def as_dict(self) -> dict[str, Any]:
-        fields = {k: v for k, v in asdict(self).items() if k not in ("recipe", "candidates")}
+        """The plan flat: the chosen candidate's fields beside the plan's own."""
+        fields = {k: v for k, v in asdict(self).items() if k not in ("recipe", "candidates", "chosen")}
+        chosen = {k: getattr(self, k) for k in CHOSEN_FIELDS}
         return {
             **fields,
+            **chosen,
             "budgets": list(self.budgets),
             "ladder": self.ladder_config(),
             "candidates": [c.as_dict() for c in self.candidates],
@@ -312,14 +342,8 @@ def plan_ladder(
         target_budget=target_budget,
         error=error,
         wanted_probability=probability,
-        budgets=chosen.budgets,
+        chosen=chosen,
         points_per_budget=points_per_budget,
-        seeds=chosen.seeds,
-        runs=chosen.runs,
-        ladder_flops=chosen.ladder_flops,
-        ratio=chosen.ratio,
-        probability=chosen.probability or 0.0,
-        error_at_probability=chosen.error_at_probability or math.inf,
         interval_width_95=interval_width,
         reachable=reachable,
         message=message,
@@ -374,7 +398,12 @@ def noise_from_forecast(path: str | Path) -> tuple[float, str]:
     across seeds, absolute) over the mean of its usable optima's losses, from the ``forecast.json`` the
     ``isoflop_forecast`` step writes; with no seeds, ``DEFAULT_NOISE``. Returns (noise, a line saying
     which)."""
-    record = json.loads(Path(path).read_text())["forecast"]
+    written = json.loads(Path(path).read_text())
+    if "forecast" not in written:
+        raise ValueError(
+            f"{path}: not a forecast.json written by an isoflop_forecast step (no 'forecast' key)"
+        )
+    record = written["forecast"]
     spread = record.get("seed_spread")
     if spread is None:
         return DEFAULT_NOISE, f"{path} has no seeds to measure noise on: using {DEFAULT_NOISE:.2%} a run"

@@ -27,7 +27,6 @@ from marin_pipelines.scaling.downstream import (
     plot_downstream,
 )
 from marin_pipelines.scaling.fit import CONFIDENCE
-from marin_pipelines.scaling.forecast_interval import PredictiveInterval
 from marin_pipelines.scaling.frontier import Forecast, forecast
 from marin_pipelines.scaling.isoflop_report import (
     plot_frontier,
@@ -285,7 +284,7 @@ def isoflop_forecast(
 def prediction_record(predicted: Forecast) -> dict[str, Any]:
     """What is preregistered: the loss, its 95% interval as (low, high), both levels' intervals and the
     sources of their widths (``forecast_interval.py``)."""
-    levels = _by_percent(predicted)
+    levels = predicted.by_percent
     return {
         "loss": predicted.loss,
         "low": predicted.loss_interval[0],
@@ -294,10 +293,6 @@ def prediction_record(predicted: Forecast) -> dict[str, Any]:
         **{f"interval_{key}": [i.low, i.high] for key, i in levels.items()},
         "sources": {key: i.as_dict()["sources"] for key, i in levels.items()},
     }
-
-
-def _by_percent(predicted: Forecast) -> dict[str, PredictiveInterval]:
-    return {f"{round(100 * level)}": i for level, i in predicted.intervals.items()}
 
 
 def trust_table(predicted: Forecast) -> str:
@@ -311,7 +306,7 @@ def trust_table(predicted: Forecast) -> str:
     def pair(sides: tuple[float, float]) -> str:
         return f"-{100 * sides[0]:.1f}% / +{100 * sides[1]:.1f}%"
 
-    for key, i in _by_percent(predicted).items():
+    for key, i in predicted.by_percent.items():
         below, above = 1 - i.low / predicted.loss, i.high / predicted.loss - 1
         rows.append(
             f"| {key}% | [{i.low:.4f}, {i.high:.4f}] | -{100 * below:.1f}% | +{100 * above:.1f}% "

@@ -116,6 +116,13 @@ def test_a_min_budget_keeps_the_ladder_off_the_plateau_and_says_what_that_costs(
     assert all(c.refused is None for c in plan.candidates if min(c.budgets) >= 2e11)
 
 
+def test_noise_from_a_file_that_is_no_forecast_names_it(tmp_path):
+    other = tmp_path / "result.json"
+    other.write_text(json.dumps({"predicted": 2.0}))
+    with pytest.raises(ValueError, match="result.json: not a forecast.json"):
+        noise_from_forecast(other)
+
+
 def test_noise_from_an_existing_ladders_forecast(tmp_path):
     budgets = 1e18 * 2.0 ** np.arange(5)
     rng = np.random.default_rng(0)
