@@ -56,6 +56,11 @@ class LlamaConfig(BaseModel):
             raise ValueError(f"n_heads ({self.n_heads}) must be divisible by n_kv_heads ({self.n_kv_heads})")
         if self.head_dim % 2:
             raise ValueError(f"head_dim = d_model / n_heads ({self.head_dim}) must be even for RoPE")
+        if self.moe is not None and self.moe.every > self.n_layers:
+            raise ValueError(
+                f"moe.every ({self.moe.every}) must not exceed n_layers ({self.n_layers}): every k-th layer "
+                "is a mixture of experts, so no layer would be one"
+            )
         return self
 
     @property
@@ -255,8 +260,8 @@ class Block(nnx.Module):
         self, x: jax.Array, segments: jax.Array | None = None
     ) -> tuple[jax.Array, RouterStats | None]:
         x = x + self.attn(self.attn_norm(x), segments)
-        if isinstance(self.mlp, MoE):
-            y, stats = self.mlp(self.mlp_norm(x))
+        if isinstance(self.mlp, MoE):  # padding (segment 0) is not routed
+            y, stats = self.mlp(self.mlp_norm(x), None if segments is None else segments > 0)
             return x + y, stats
         return x + self.mlp(self.mlp_norm(x)), None
 

@@ -16,9 +16,19 @@ Tokens reach their experts in one of two ways:
   second choices, and assignments beyond the capacity are dropped (their token keeps only the residual and
   any shared expert). Fixed shapes shard over an ``expert`` mesh axis.
 - ``dropless``: every assignment is computed, tokens sorted by expert and multiplied group by group with
-  ``jax.lax.ragged_dot`` (a grouped matmul on GPU/TPU; on CPU it costs about as much as running every expert
-  on every token).
+  ``jax.lax.ragged_dot``. It is a grouped matmul where the backend has one (TPU); XLA lowers it densely on
+  NVIDIA GPUs (Marin measured it on B200) and on CPU, where it costs about as much as running every expert
+  on every token (``bench/gpu_mfu.py`` measures dropless against capacity on a lent GPU).
 ``shared_experts`` are experts every token goes through (DeepSeekMoE), one SwiGLU of their summed width.
+
+Padding (the positions of packed fine-tuning rows that hold no example, ``valid`` False) is not routed: it
+takes no expert slot, counts in no load, balancing loss, z-loss, entropy or bias update, and its output is
+zero. The capacity stays sized by all the batch's positions, a static shape.
+
+Where this differs from DeepSeek-V3: its gates are sigmoids (affinities normalised over the chosen
+experts), here a softmax over all experts; it adds a small sequence-wise balancing loss beside the bias,
+here there is none (``aux_loss`` is Switch's batch-wise loss, the alternative to the bias, not a
+complement); and the router's losses are averaged over the MoE layers (``router_loss``), not summed.
 """
 
 from __future__ import annotations
@@ -129,11 +139,14 @@ class MoE(nnx.Module):
         self.w_down = _expert_weights(moe.experts, f, d, out_std, rngs)
         self.shared = shared
 
-    def __call__(self, x: jax.Array) -> tuple[jax.Array, RouterStats]:
+    def __call__(self, x: jax.Array, valid: jax.Array | None = None) -> tuple[jax.Array, RouterStats]:
+        """``x[B, T, d]``; ``valid[B, T]`` (optional) is False at padding, which is not routed."""
         moe, dtype = self.moe, self.dtype
         batch, seq_len, d = x.shape
         tokens = x.reshape(-1, d)
         n, k, experts = tokens.shape[0], moe.top_k, moe.experts
+        real = jnp.ones(n, bool) if valid is None else valid.reshape(n)
+        real_count = jnp.maximum(real.sum(), 1).astype(jnp.float32)
 
         logits = self.router(tokens.astype(jnp.float32))  # [n, experts]
         probs = jax.nn.softmax(logits, axis=-1)
@@ -141,23 +154,27 @@ class MoE(nnx.Module):
         gates = jnp.take_along_axis(probs, chosen, axis=-1)
         if k > 1:
             gates = gates / gates.sum(-1, keepdims=True)
+        gates = jnp.where(real[:, None], gates, 0)
 
         # Assignments in priority order (every token's first choice before any second choice), sorted by
-        # expert (stably, so priority holds within an expert); `rank` is each one's place in its expert.
-        expert_of = chosen.T.reshape(-1)  # [k n]
+        # expert (stably, so priority holds within an expert), padding's in a spare group past the last
+        # expert, which no expert computes; `rank` is each one's place in its group.
+        expert_of = jnp.where(jnp.tile(real, k), chosen.T.reshape(-1), experts)  # [k n]
         token_of = jnp.tile(jnp.arange(n), k)
         order = jnp.argsort(expert_of, stable=True)
         sorted_expert = expert_of[order]
-        counts = jnp.bincount(expert_of, length=experts)
-        rank = jnp.arange(k * n) - (jnp.cumsum(counts) - counts)[sorted_expert]
+        groups = jnp.bincount(expert_of, length=experts + 1)
+        counts = groups[:experts]
+        rank = jnp.arange(k * n) - (jnp.cumsum(groups) - groups)[sorted_expert]
         inputs = tokens[token_of[order]].astype(dtype)
         weights = [w[...].astype(dtype) for w in (self.w_gate, self.w_up, self.w_down)]
 
-        if moe.dropless:
-            outputs, kept = _ragged_swiglu(inputs, weights, counts), jnp.ones(k * n, bool)
+        routed = sorted_expert < experts
+        if moe.dropless:  # rows past the experts' groups (padding) come out zero
+            outputs, kept = _ragged_swiglu(inputs, weights, counts), routed
         else:
             capacity = moe.capacity(n)
-            kept = rank < capacity
+            kept = routed & (rank < capacity)
             slot = jnp.where(kept, sorted_expert * capacity + rank, experts * capacity)  # overflow: one spare
             buffer = jnp.zeros((experts * capacity + 1, d), dtype).at[slot].add(inputs)
             hidden = _batched_swiglu(buffer[:-1].reshape(experts, capacity, d), weights)
@@ -166,14 +183,18 @@ class MoE(nnx.Module):
         per_assignment = jnp.zeros((k * n, d), outputs.dtype).at[order].set(outputs)  # back to priority order
         y = (per_assignment.reshape(k, n, d) * gates.T[..., None].astype(outputs.dtype)).sum(0)
         if self.shared is not None:
-            y = y + self.shared(tokens)
-        load = counts / (k * n)
+            y = y + jnp.where(real[:, None], self.shared(tokens), 0)
+
+        def mean(per_token: jax.Array) -> jax.Array:  # over the real tokens
+            return jnp.where(real, per_token, 0).sum() / real_count
+
+        load = counts / (k * real_count)
         stats = RouterStats(
             load=load,
-            dropped=1.0 - kept.mean(dtype=jnp.float32),
-            entropy=-(probs * jnp.log(jnp.maximum(probs, 1e-30))).sum(-1).mean(),
-            aux_loss=experts * (load * probs.mean(0)).sum(),
-            z_loss=(jax.nn.logsumexp(logits, axis=-1) ** 2).mean(),
+            dropped=1.0 - kept.sum() / (k * real_count),
+            entropy=mean(-(probs * jnp.log(jnp.maximum(probs, 1e-30))).sum(-1)),
+            aux_loss=experts * (load * jnp.where(real[:, None], probs, 0).sum(0) / real_count).sum(),
+            z_loss=mean(jax.nn.logsumexp(logits, axis=-1) ** 2),
         )
         return y.reshape(batch, seq_len, d).astype(x.dtype), stats
 

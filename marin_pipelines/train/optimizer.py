@@ -7,7 +7,10 @@ updates applied.
 ``adamh`` (Adam on the hyperball, the optimizer of Marin's Delphi scaling suite) holds every weight matrix
 on the sphere of its initial Frobenius norm, so there is no weight decay to search: under AdamW the decay
 sets the equilibrium weight norm and with it the angular step; here the learning rate is that angular step
-directly. Norm scales get plain Adam without decay.
+directly. Norm scales and every other leaf off the spheres get plain Adam without decay at their own
+``adam_learning_rate`` (Levanter's ``adam_lr``, 6e-4 by default) on the same warmup and decay: the angular
+rate (0.03-0.1) would move a norm scale of 1 by that much per entry a step. A warm-started run measures
+the radii on the parameters it loaded (``warm_optimizer_state``), never on its discarded initialisation.
 
 ``muon`` (Jordan 2024) orthogonalizes the Nesterov momentum (``MUON_MOMENTUM``) of each hidden weight
 matrix by five Newton-Schulz steps: every parameter of two or more axes inside ``blocks`` except an MoE
@@ -38,14 +41,16 @@ MUON_MOMENTUM = 0.95  # Jordan's and Moonlight's; beta1 and beta2 stay Adam's (t
 MUON_RMS = 0.2  # Moonlight: AdamW's typical update RMS, so AdamW's learning rate and weight decay carry over
 
 
-def learning_rate_schedule(config: TrainConfig) -> optax.Schedule:
-    """Linear warmup (step 0 already moves), then decay to ``min_lr_ratio`` x peak at the last step.
+def learning_rate_schedule(config: TrainConfig, peak: float | None = None) -> optax.Schedule:
+    """Linear warmup (step 0 already moves), then decay to ``min_lr_ratio`` x peak at the last step; the peak
+    is ``config.learning_rate`` unless given (AdamH's Adam leaves take ``adam_learning_rate``).
 
     ``cosine`` decays from the end of warmup; ``wsd`` (warmup-stable-decay) holds the peak and decays
     linearly over the last ``decay_fraction`` of the steps, so a run can be extended from the stable
     phase.
     """
     floor = config.min_lr_ratio
+    peak = config.learning_rate if peak is None else peak
 
     def schedule(step: jax.Array) -> jax.Array:
         step = jnp.asarray(step, jnp.float32)
@@ -59,7 +64,7 @@ def learning_rate_schedule(config: TrainConfig) -> optax.Schedule:
             decay = floor + (1 - floor) * 0.5 * (1 + jnp.cos(jnp.pi * progress))
         else:
             decay = jnp.where(step < start, 1.0, 1 - (1 - floor) * progress)
-        return config.learning_rate * jnp.where(step < config.warmup_steps, warmup, decay)
+        return peak * jnp.where(step < config.warmup_steps, warmup, decay)
 
     return schedule
 
@@ -152,32 +157,40 @@ class HyperballState(NamedTuple):
     radius: Any  # each leaf's Frobenius norm at init (used where the mask is True); saved, so resume is exact
 
 
+def radii(params: optax.Params) -> Any:
+    """Each leaf's Frobenius norm (each expert's, for a stack), in float32: the spheres AdamH keeps."""
+    return jax.tree.map(lambda p: frobenius(p).astype(jnp.float32), params)
+
+
 def hyperball(
-    learning_rate: optax.ScalarOrSchedule, mask: Callable[[Any], Any] = sphere_mask
+    learning_rate: optax.ScalarOrSchedule,
+    adam_learning_rate: optax.ScalarOrSchedule,
+    mask: Callable[[Any], Any] = sphere_mask,
 ) -> optax.GradientTransformation:
     """Step along the incoming update ``u`` (Adam's), keeping each masked matrix on its sphere.
 
     A masked matrix W of initial norm R moves a relative step ``lr`` along ``-u``, then back onto its sphere:
     ``W' = R * normalize(W - lr * R * u / ||u||)``. So W turns by at most ``asin(lr)`` (about lr) radians
     a step, whatever the scale of ``u``. R is stored at init rather than read off W, so float error cannot
-    build up: every step lands at norm R to float32 precision. Other leaves take ``-lr * u``. ``update``
-    needs ``params`` (optax updates are deltas: the projection returns ``W' - W``).
+    build up: every step lands at norm R to float32 precision. Other leaves take ``-adam_learning_rate * u``
+    (plain Adam). ``update`` needs ``params`` (optax updates are deltas: the projection returns ``W' - W``).
     """
 
     def init(params: optax.Params) -> HyperballState:
-        radius = jax.tree.map(lambda p: frobenius(p).astype(jnp.float32), params)
-        return HyperballState(jnp.zeros((), jnp.int32), radius)
+        return HyperballState(jnp.zeros((), jnp.int32), radii(params))
 
     def update(
         updates: optax.Updates, state: HyperballState, params: optax.Params | None = None
     ) -> tuple[optax.Updates, HyperballState]:
         if params is None:
             raise ValueError("hyperball projects the parameters: pass params to update")
-        lr = learning_rate(state.count) if callable(learning_rate) else learning_rate
+        lr, adam_lr = (
+            rate(state.count) if callable(rate) else rate for rate in (learning_rate, adam_learning_rate)
+        )
 
         def step(u: jax.Array, radius: jax.Array, w: jax.Array, on_sphere: bool) -> jax.Array:
             if not on_sphere:
-                return (-lr * u).astype(w.dtype)
+                return (-adam_lr * u).astype(w.dtype)
             tiny = jnp.finfo(jnp.float32).tiny  # a zero update leaves W be; a zero matrix stays zero
             moved = w - lr * radius * u / jnp.maximum(frobenius(u), tiny)
             return (radius * moved / jnp.maximum(frobenius(moved), tiny) - w).astype(w.dtype)
@@ -188,12 +201,17 @@ def hyperball(
     return optax.GradientTransformation(init, update)
 
 
-def restart_schedule(opt_state: Any) -> Any:
-    """The optimiser state with its learning-rate schedule back at step 0 (a warm-started run re-warms),
-    every other leaf (moments, Adam's bias-correction count, AdamH's radii) as it was."""
+def warm_optimizer_state(opt_state: Any, params: Any) -> Any:
+    """The optimiser state of a warm-started run whose ``params`` are loaded: the learning-rate schedule back
+    at step 0 (the run re-warms) and AdamH's radii measured on ``params``, so that its first step keeps the
+    loaded norms (radii made at init would pull every matrix to its random initialisation's norm, and a
+    base's own radii would shrink a router that grew experts); every other leaf (moments, Adam's
+    bias-correction count) as it was."""
 
     def restart(node: Any) -> Any:
-        if isinstance(node, optax.ScaleByScheduleState | HyperballState):
+        if isinstance(node, HyperballState):
+            return HyperballState(jnp.zeros_like(node.count), radii(params))
+        if isinstance(node, optax.ScaleByScheduleState):
             return node._replace(count=jnp.zeros_like(node.count))
         return node
 
@@ -207,7 +225,10 @@ def make_optimizer(config: TrainConfig) -> optax.GradientTransformation:
     schedule = learning_rate_schedule(config)
     clip = optax.clip_by_global_norm(config.grad_clip)
     if config.optimizer == "adamh":
-        return optax.chain(clip, optax.scale_by_adam(b1=config.beta1, b2=config.beta2), hyperball(schedule))
+        adam_schedule = learning_rate_schedule(config, config.adam_learning_rate)
+        return optax.chain(
+            clip, optax.scale_by_adam(b1=config.beta1, b2=config.beta2), hyperball(schedule, adam_schedule)
+        )
     if config.optimizer == "muon":
         return optax.chain(clip, muon(config, schedule))
     return optax.chain(

@@ -14,7 +14,9 @@ devices per process allow.
   ``wo`` its input; SwiGLU ``w_gate``/``w_up`` kernels ``[d_model, d_ff]`` split d_ff (output) and
   ``w_down`` d_ff (input) over ``model``, shared experts too; routed MoE experts ``[experts, d_in, d_out]``
   split the experts over ``expert`` and d_ff over ``model``. Embeddings, LM head, norms, the router and
-  its balance bias follow no rule. An axis of size 1 splits nothing.
+  its balance bias follow no rule. An axis of size 1 splits nothing, and a dimension an axis does not
+  divide stays whole: AdamH's per-expert radius ``[experts, 1, 1]`` mirrors the expert weights' path and
+  splits its experts only (``check_layout`` has already refused parameters the mesh cannot split).
 - **FSDP** (``fsdp: true``, ZeRO-3 as Levanter) then splits each array's largest remaining dimension
   that ``data`` divides over ``data``; without it the rest is replicated. XLA inserts the all-gathers,
   all-reduces and reduce-scatters.
@@ -114,7 +116,10 @@ def leaf_spec(name: str, shape: tuple[int, ...], mesh: Mesh, fsdp: bool) -> Part
     spec: list[str | None] = [None] * len(shape)
     for pattern, axes in RULES:
         if pattern.search(name) and len(axes) == len(shape):
-            spec = [axis if axis is not None and mesh.shape[axis] > 1 else None for axis in axes]
+            spec = [
+                axis if axis is not None and mesh.shape[axis] > 1 and size % mesh.shape[axis] == 0 else None
+                for axis, size in zip(axes, shape, strict=True)
+            ]
             break
     data = mesh.shape[DATA]
     free = [dim for dim, size in enumerate(shape) if spec[dim] is None and size % data == 0 and size >= data]

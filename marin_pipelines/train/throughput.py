@@ -1,4 +1,4 @@
-"""The MFU denominator: a device's peak FLOP/s, from config or measured on this host's matmuls."""
+"""The MFU denominator: the mesh's peak FLOP/s in the run's compute dtype, from config or measured."""
 
 from __future__ import annotations
 
@@ -7,29 +7,54 @@ from functools import lru_cache
 
 import jax
 import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 
-@lru_cache(maxsize=4)
-def measure_matmul_peak(size: int = 1024, repeats: int = 3, dtype: str = "float32") -> float:
-    """Best-of-``repeats`` FLOP/s of a jitted ``size`` x ``size`` matmul chain on the default device.
+@lru_cache(maxsize=8)
+def measure_matmul_peak(
+    size: int = 1024, repeats: int = 3, dtype: str = "float32", mesh: Mesh | None = None
+) -> float:
+    """Best-of-``repeats`` FLOP/s of a jitted ``size`` x ``size`` matmul chain in ``dtype`` on every device of
+    ``mesh`` at once (each its own chain; by default the one default device).
 
-    On a CPU this is the honest ceiling for our training step (all of whose heavy work is matmuls),
-    measured under whatever else the machine is running at the moment. Every training process measures it:
-    a chain of 4, best of 3, reads what 8 and 5 read (206-209 GFLOP/s on 2 cores) in 0.2 s, not 0.6.
+    So the peak is the mesh's, not one device's: a run on 8 GPUs is measured against 8 GPUs, and a bf16 run
+    against bf16 matmuls. Forced host CPU devices share the host's cores, so their sum is the host's peak,
+    as it should be. On a CPU this is the honest ceiling for our training step (all of whose heavy work is
+    matmuls), measured under whatever else the machine is running at the moment. Every training process
+    measures it: a chain of 4, best of 3, reads what 8 and 5 read (206-209 GFLOP/s on 2 cores) in 0.2 s.
     """
-    chain = 4
-    x = jnp.ones((size, size), dtype) / size
+    mesh = mesh or Mesh(np.array(jax.devices()[:1]).reshape(1), ("devices",))
+    chain, x = 4, peak_operand(mesh, dtype, size)
 
     @jax.jit
-    def matmuls(a: jax.Array) -> jax.Array:
+    def matmuls(a: jax.Array, b: jax.Array) -> jax.Array:
         for _ in range(chain):
-            a = a @ x
+            a = jnp.einsum("dij,djk->dik", a, b)
         return a
 
-    matmuls(x).block_until_ready()  # compile
+    matmuls(x, x).block_until_ready()  # compile
     best = float("inf")
     for _ in range(repeats):
         start = time.perf_counter()
-        matmuls(x).block_until_ready()
+        matmuls(x, x).block_until_ready()
         best = min(best, time.perf_counter() - start)
-    return 2.0 * size**3 * chain / best
+    return 2.0 * size**3 * chain * mesh.size / best
+
+
+def peak_operand(mesh: Mesh, dtype: str, size: int) -> jax.Array:
+    """``[devices, size, size]`` in ``dtype``, one block on each device of ``mesh`` (made there, so that a
+    run of several processes makes only its own)."""
+    sharding = NamedSharding(mesh, PartitionSpec(mesh.axis_names))
+    return jax.jit(lambda: jnp.ones((mesh.size, size, size), dtype) / size, out_shardings=sharding)()
+
+
+def mesh_peak(mesh: Mesh, dtype: str, per_device: float | None) -> tuple[float, str]:
+    """The MFU denominator of a run on ``mesh`` computing in ``dtype``, and where it came from:
+    ``per_device`` (``train.peak_flops``: the card's peak in the run's dtype) x the devices, else measured.
+    An FP8 run (``model.fp8``) computes in ``model.dtype`` outside its projections and is measured against
+    that dtype's matmuls, so FP8's gain shows as a higher MFU (as ``bench/gpu_mfu.py`` compares arms)."""
+    if per_device:
+        return per_device * mesh.size, f"train.peak_flops {per_device:.4g} x {mesh.size} devices"
+    measured = measure_matmul_peak(dtype=dtype, mesh=mesh)
+    return measured, f"measured: {dtype} matmuls on all {mesh.size} devices at once"

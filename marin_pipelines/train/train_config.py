@@ -3,9 +3,16 @@ that run configs, the scaling recipe and comparisons can use it without loading 
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
 
 CHECKPOINTS_DIR = "checkpoints"  # orbax steps (train/checkpoint.py)
 MODEL_FILE = "model.json"
@@ -65,6 +72,12 @@ class TrainConfig(BaseModel):
         ge=0,
         description="adamw; muon (its Muon matrices and AdamW kernels); adamh: unused, its norms are fixed",
     )
+    adam_learning_rate: float = Field(
+        default=6e-4,
+        gt=0,
+        description="adamh only: peak learning rate of plain Adam on the leaves off the spheres (norm "
+        "scales, the MoE balance bias), on learning_rate's warmup and decay; Levanter's adam_lr and default",
+    )
     beta1: float = Field(default=0.9, ge=0, lt=1)
     beta2: float = Field(default=0.95, ge=0, lt=1)
     grad_clip: float = Field(default=1.0, gt=0)
@@ -88,7 +101,8 @@ class TrainConfig(BaseModel):
     peak_flops: float | None = Field(
         default=None,
         gt=0,
-        description="peak FLOP/s per device, the MFU denominator; None: measure matmuls",
+        description="peak FLOP/s of one device in the run's compute dtype (model.dtype); the MFU denominator "
+        "is it x the mesh's devices. None: measure model.dtype matmuls on every device of the mesh at once",
         json_schema_extra=LAYOUT,
     )
     max_epochs: float | None = Field(
@@ -97,6 +111,15 @@ class TrainConfig(BaseModel):
         description="refuse a run that would read any data source's training split more than this many "
         "times (a ladder rung that repeats its text learns little that extrapolates); None: no limit",
     )
+
+    @model_serializer(mode="wrap")
+    def _only_what_applies(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """``adam_learning_rate`` only where it applies (adamh), so that adding it left the version of every
+        other run (steps.versioned_config hashes this dump) as it was."""
+        dumped = handler(self)
+        if self.optimizer != "adamh":
+            dumped.pop("adam_learning_rate", None)
+        return dumped
 
     @model_validator(mode="after")
     def _check_warmup(self) -> TrainConfig:

@@ -60,7 +60,7 @@ from marin_pipelines.train.sharding import (
     process_rows,
     state_shardings,
 )
-from marin_pipelines.train.throughput import measure_matmul_peak
+from marin_pipelines.train.throughput import mesh_peak
 from marin_pipelines.train.train_config import (
     CHECKPOINTS_DIR,
     LAYOUT_FIELDS,
@@ -339,7 +339,7 @@ def train(
 
     tokens_per_step = config.batch_size * model_config.seq_len
     flops_per_token = model_config.flops_per_token()
-    peak_flops = config.peak_flops * mesh.size if config.peak_flops else measure_matmul_peak()
+    peak_flops, peak_source = mesh_peak(mesh, model_config.dtype, config.peak_flops)
     metrics_path = out_dir / METRICS_FILE
 
     with Checkpoints(out_dir / CHECKPOINTS_DIR, config.keep_last, config.keep_every) as checkpoints:
@@ -438,6 +438,7 @@ def train(
         "wall_seconds": wall_seconds,
         "tokens_per_s": tokens_per_s,
         "peak_flops": peak_flops,
+        "peak_flops_source": peak_source,
         "mfu": tokens_per_s * flops_per_token / peak_flops,
     }
     if "warm_start" in meta:

@@ -5,10 +5,14 @@ model and optimiser state, then takes from the base's latest checkpoint every pa
 shape match, and, when asked, every optimiser leaf (Adam's moments and their bias-correction count, Muon's
 momentum, AdamH's radii) whose name and shape match: the optimisers must then be the same kind. What the
 base lacks (QK-norm's scales) keeps its initialisation and fresh moments; what the new model lacks is
-dropped. The learning-rate schedule always restarts (``optimizer.restart_schedule``): the run re-warms.
+dropped. The learning-rate schedule always restarts and AdamH measures its radii on the loaded parameters
+(``optimizer.warm_optimizer_state``): the run re-warms, and no loaded matrix is rescaled.
 
 Experts may be added: an MoE weight whose expert axis grew takes the base's experts first and initialises
-the rest (the router's new columns too). Any other shape change is an error naming the parameter.
+the rest (the router's new columns too). A new expert's balance bias starts at the mean of the base's: the
+bias only shifts which experts are picked, so there a new expert is neither favoured nor starved, where 0
+would put it below every base expert the balancing raised and above every one it lowered. Any other shape
+change is an error naming the parameter.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import numpy as np
 
 from marin_pipelines.train.checkpoint import Checkpoints, flatten, params_sha256, training_dir, unflatten
 from marin_pipelines.train.moe import expert_axis
-from marin_pipelines.train.optimizer import restart_schedule
+from marin_pipelines.train.optimizer import warm_optimizer_state
 from marin_pipelines.train.train_config import CHECKPOINTS_DIR
 
 OPTIMIZER = "opt_state"  # the optimiser's leaves in a checkpoint's training state
@@ -84,6 +88,9 @@ def warm_state(
     step, saved, meta = read_base(base, optimizer)
     base_params = saved["params"]
     params, report = _merge(flatten(state["params"]), base_params, str(base))
+    for name in report["widened"]:
+        if name.endswith("router_bias"):  # new experts start where the base's average expert stands
+            params[name][base_params[name].shape[0] :] = base_params[name].mean()
     record: dict[str, Any] = {"dir": str(base), "step": step, "params_sha256": params_sha256(base_params)}
     record |= {key: report[key] for key in ("loaded", "widened", "new", "dropped")}
     opt_state = state["opt_state"]
@@ -101,5 +108,6 @@ def warm_state(
         record["optimizer"] = {key: len(names) for key, names in opt_report.items()}
     else:
         record["optimizer"] = "fresh"
-    warmed = {**state, "params": unflatten(state["params"], params), "opt_state": restart_schedule(opt_state)}
+    loaded = unflatten(state["params"], params)
+    warmed = {**state, "params": loaded, "opt_state": warm_optimizer_state(opt_state, loaded)}
     return jax.tree.map(np.asarray, warmed), record

@@ -11,7 +11,7 @@ from resumed import assert_resumes_bit_identically
 
 from marin_pipelines.train.checkpoint import flatten, load_params
 from marin_pipelines.train.model import Llama, LlamaConfig
-from marin_pipelines.train.optimizer import hyperball, make_optimizer, sphere_mask
+from marin_pipelines.train.optimizer import hyperball, learning_rate_schedule, make_optimizer, sphere_mask
 from marin_pipelines.train.train_config import TrainConfig
 
 MODEL = LlamaConfig(vocab_size=32, seq_len=16, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=64)
@@ -74,17 +74,29 @@ def test_adamh_keeps_every_matrix_norm_while_adamw_moves_it():
     assert len(matrices) == 2 + 7 * MODEL.n_layers
     for name in matrices:
         assert after[name] == pytest.approx(before[name], rel=1e-5), name
-    assert all(
-        abs(after[name] - before[name]) > 1e-3 * before[name] for name in before if name.endswith("scale")
-    )
 
     adamw = adamh.model_copy(update={"optimizer": "adamw", "learning_rate": 1e-2})
     before, after = (norms(p) for p in optimise(adamw, adamw.steps))
     assert all(abs(after[name] / before[name] - 1) > 0.05 for name in matrices)
 
 
+def test_norm_scales_take_adams_step_at_their_own_learning_rate():
+    """Adam's first update is at most 1 per entry (1 unless a gradient nears Adam's eps), so each norm scale
+    moves by at most the Adam leaves' learning rate at step 0 (Levanter's adam_lr on the warmup), most by
+    exactly that; not by the matrices' angular rate, 50-150x larger."""
+    before, after = (flatten(p) for p in optimise(ADAMH, 1))
+    step = float(learning_rate_schedule(ADAMH, ADAMH.adam_learning_rate)(0))
+    assert step == pytest.approx(6e-4 / ADAMH.warmup_steps)
+    for name in before:
+        if name.endswith("scale"):
+            moved = np.abs(np.asarray(after[name]) - np.asarray(before[name]))
+            assert moved.max() <= step * (1 + 1e-3) and np.median(moved) == pytest.approx(step, rel=1e-3), (
+                name
+            )
+
+
 def test_hyperball_needs_the_params():
-    tx = hyperball(0.1)
+    tx = hyperball(0.1, 1e-3)
     params = {"w": jnp.ones((2, 2))}
     with pytest.raises(ValueError, match="pass params"):
         tx.update(params, tx.init(params))
@@ -92,7 +104,9 @@ def test_hyperball_needs_the_params():
 
 def test_adamh_run_learns_and_resumes_bit_identically(tmp_path):
     whole, resumed = assert_resumes_bit_identically(MODEL, ADAMH, batches, tmp_path)
-    assert whole["final_loss"] < 0.6 * whole["initial_loss"] and resumed["resumed_from_step"] == 10
+    # 0.78 of the initial loss in 30 steps: the norm scales, which alone set the logits' scale here (every
+    # matrix keeps its norm), move at adam_learning_rate
+    assert whole["final_loss"] < 0.85 * whole["initial_loss"] and resumed["resumed_from_step"] == 10
     initial, final = norms(initial_params()), norms(load_params(tmp_path / "whole")[1])
     for name in initial:
         if not name.endswith("scale"):

@@ -11,11 +11,12 @@ from flax import nnx
 from pydantic import ValidationError
 from resumed import assert_resumes_bit_identically
 
-from marin_pipelines.train.checkpoint import flatten, load_params
+from marin_pipelines.train.checkpoint import flatten
 from marin_pipelines.train.model import Llama, LlamaConfig, SwiGLU
 from marin_pipelines.train.moe import MoE, MoEConfig, rebalance, router_loss
-from marin_pipelines.train.optimizer import decay_mask, hyperball
+from marin_pipelines.train.optimizer import decay_mask, hyperball, make_optimizer
 from marin_pipelines.train.train_config import TrainConfig
+from marin_pipelines.train.trainer import _initial_state, _make_train_step, packed_loss, train
 
 D, F, E = 16, 24, 4
 
@@ -34,9 +35,10 @@ def layer(**moe) -> MoE:
     return MoE(cfg.moe, D, F, "float32", nnx.Rngs(0), std=0.3, out_std=0.3, shared=shared)
 
 
-def reference(moe: MoE, x: np.ndarray, capacity: int | None) -> np.ndarray:
+def reference(moe: MoE, x: np.ndarray, capacity: int | None) -> tuple[np.ndarray, int]:
     """Token by token: each chosen expert's SwiGLU times its gate, assignments past an expert's capacity
-    (first choices of all tokens first, then second choices, each in token order) left out."""
+    (first choices of all tokens first, then second choices, each in token order) left out; and how many
+    assignments were kept."""
     cfg = moe.moe
     tokens = np.asarray(x, np.float64).reshape(-1, D)
     probs = np.asarray(jax.nn.softmax(tokens @ np.asarray(moe.router.kernel[...], np.float64), -1))
@@ -45,18 +47,19 @@ def reference(moe: MoE, x: np.ndarray, capacity: int | None) -> np.ndarray:
     if cfg.top_k > 1:
         gates = gates / gates.sum(-1, keepdims=True)
     w_gate, w_up, w_down = (np.asarray(w[...], np.float64) for w in (moe.w_gate, moe.w_up, moe.w_down))
-    out, taken = np.zeros_like(tokens), np.zeros(E, int)
+    out, taken, kept = np.zeros_like(tokens), np.zeros(E, int), 0
     for j in range(cfg.top_k):
         for t, token in enumerate(tokens):
             e = chosen[t, j]
             taken[e] += 1
             if capacity is not None and taken[e] > capacity:
                 continue
+            kept += 1
             hidden = token @ w_gate[e]
             out[t] += gates[t, j] * ((hidden / (1 + np.exp(-hidden)) * (token @ w_up[e])) @ w_down[e])
     if moe.shared is not None:
         out += np.asarray(moe.shared(jnp.asarray(tokens, jnp.float32)))
-    return out.reshape(x.shape)
+    return out.reshape(x.shape), kept
 
 
 X = np.asarray(jax.random.normal(jax.random.key(1), (2, 8, D)))
@@ -74,8 +77,70 @@ X = np.asarray(jax.random.normal(jax.random.key(1), (2, 8, D)))
 def test_layer_matches_a_per_token_reference(moe, capacity):
     module = layer(**moe)
     y, stats = module(jnp.asarray(X))
-    np.testing.assert_allclose(np.asarray(y), reference(module, X, capacity), rtol=2e-4, atol=2e-5)
+    expected, kept = reference(module, X, capacity)
+    np.testing.assert_allclose(np.asarray(y), expected, rtol=2e-4, atol=2e-5)
     assert float(stats.load.sum()) == pytest.approx(1.0)
+    assert float(stats.dropped) == pytest.approx(1 - kept / (16 * module.moe.top_k))
+
+
+def test_padding_takes_no_slot_no_load_no_loss_and_gets_zero_output():
+    """Padding first in each row would take the tight capacity's slots ahead of the real tokens: masked, the
+    real tokens are routed as if it were not there, and it counts in no statistic."""
+    module = layer(experts=E, top_k=2, capacity_factor=0.5, shared_experts=1)  # 4 slots an expert
+    valid = np.ones((2, 8), bool)
+    valid[:, :3] = False
+    y, stats = module(jnp.asarray(X), jnp.asarray(valid))
+    real = X[valid][None]  # the 10 real tokens in order
+    expected, kept = reference(module, real, capacity=module.moe.capacity(16))
+    np.testing.assert_allclose(np.asarray(y)[valid], expected[0], rtol=2e-4, atol=2e-5)
+    assert np.all(np.asarray(y)[~valid] == 0)
+    assert float(stats.dropped) == pytest.approx(1 - kept / 20)
+    _, alone = module(jnp.asarray(real))  # the real tokens without the padding (another capacity)
+    for field in ("load", "entropy", "aux_loss", "z_loss"):
+        np.testing.assert_allclose(getattr(stats, field), getattr(alone, field), rtol=1e-5, err_msg=field)
+
+
+def test_padding_content_changes_nothing_in_a_packed_moe_batch():
+    """Packed fine-tuning rows end in padding (segment 0): whatever tokens it holds, the loss, the router's
+    losses, the gradient and the load the balance bias follows are the same."""
+    cfg = config(experts=E, top_k=2, capacity_factor=0.5, balance="aux_loss").model_copy(
+        update={"n_layers": 2}
+    )
+    graphdef, params = nnx.split(Llama(cfg, nnx.Rngs(0)))
+    segments = np.array([[1, 1, 1, 2, 2, 0, 0, 0, 0], [1, 1, 1, 1, 1, 1, 1, 0, 0]], np.int32)
+    tokens = np.asarray(jax.random.randint(jax.random.key(4), segments.shape, 0, 32), np.int32)
+
+    def loss_grads_load(padding: int) -> tuple:
+        filled = np.where(segments > 0, tokens, padding)
+        batch = jnp.asarray(np.stack([filled, segments, np.ones_like(segments)], axis=1))
+
+        def loss(params: nnx.State) -> tuple:
+            value, losses = packed_loss(nnx.merge(graphdef, params), batch, z_loss_weight=1e-3)
+            return value + router_loss(losses.routing, cfg.moe), losses.routing
+
+        (value, routing), grads = jax.value_and_grad(loss, has_aux=True)(params)
+        return value, flatten(grads), [np.asarray(routing[layer].load) for layer in sorted(routing)]
+
+    (value, grads, load), (other_value, other_grads, other_load) = map(loss_grads_load, (0, 31))
+    assert float(value) == float(other_value)
+    for name, grad in grads.items():
+        np.testing.assert_array_equal(grad, other_grads[name], err_msg=name)
+    np.testing.assert_array_equal(load, other_load)
+
+
+def test_a_packed_moe_run_trains(tmp_path):
+    """Fine-tuning an MoE on packed rows through the trainer: segments reach the experts' routing."""
+    cfg = config(experts=E, top_k=2, capacity_factor=1.0)
+    run = TrainConfig(steps=3, batch_size=4, learning_rate=1e-2, warmup_steps=1, peak_flops=1e10)
+    segments = np.array([1, 1, 1, 1, 2, 2, 2, 0, 0], np.int32)
+
+    def packed(step: int) -> np.ndarray:
+        tokens = np.random.default_rng(step).integers(1, 32, (4, 9))
+        return np.stack([tokens, np.tile(segments, (4, 1)), np.ones((4, 9), int)], axis=1).astype(np.int32)
+
+    summary = train(cfg, run, packed, tmp_path, progress=False, packed=True)
+    metrics = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert summary["steps"] == 3 and all(np.isfinite(m["loss"]) and "moe_dropped" in m for m in metrics)
 
 
 def test_planted_skew_drops_what_exceeds_the_capacity_and_the_bias_rebalances_it():
@@ -159,13 +224,31 @@ def test_moe_run_learns_logs_routing_and_resumes_bit_identically(tmp_path):
     whole, resumed = assert_resumes_bit_identically(cfg, run, batches, tmp_path)
     assert whole["final_loss"] < 0.7 * whole["initial_loss"] and resumed["resumed_from_step"] == 10
     assert whole["params"] > whole["active_params"] == cfg.num_params(active=True)
-    bias = load_params(tmp_path / "whole")[1]["blocks"][0]["mlp"]["router_bias"][...]
-    assert not np.array_equal(bias, np.zeros(E))  # it moved
     metrics = [json.loads(line) for line in (tmp_path / "whole" / "metrics.jsonl").read_text().splitlines()]
     assert {"moe_load_max_over_mean", "moe_dropped", "moe_router_entropy", "moe_aux_loss"} <= metrics[
         0
     ].keys()
-    assert all(m["moe_load_max_over_mean"] >= 1 and 0 <= m["moe_dropped"] < 1 for m in metrics)
+
+
+def test_the_trainers_bias_update_moves_a_planted_skew_toward_balance():
+    """The trainer's step moves each layer's bias by that layer's load: a bias planted on expert 0 sends it
+    every token, and the steps (learning rate ~0: only the bias moves) spread the load again."""
+    cfg = config(experts=E, top_k=1, capacity_factor=1.0, bias_rate=0.02)
+    model = Llama(cfg, nnx.Rngs(0))
+    model.blocks[0].mlp.router.kernel[...] = 0.3 * jax.random.normal(jax.random.key(3), (D, E))
+    model.blocks[0].mlp.router_bias[...] = jnp.array([2.0, 0.0, 0.0, 0.0])
+    run = TrainConfig(steps=80, batch_size=4, learning_rate=1e-9, warmup_steps=1, spike_window=0)
+    tx = make_optimizer(run)
+    step = jax.jit(_make_train_step(nnx.graphdef(model), tx, run, cfg.moe))
+    state = _initial_state(model, tx, run)
+    tokens = jax.random.randint(jax.random.key(2), (4, 9), 0, 32)
+    imbalance = []
+    for _ in range(run.steps):
+        state, metrics = step(state, tokens)
+        imbalance.append(float(metrics["moe_load_max_over_mean"]))
+    assert imbalance[0] == pytest.approx(E) and max(imbalance[-10:]) <= 1.5
+    bias = np.asarray(state["params"]["blocks"][0]["mlp"]["router_bias"][...])
+    assert bias[0] < 2.0 and np.all(bias[1:] > 0)
 
 
 def test_expert_weights_decay_and_each_expert_keeps_its_own_sphere_under_adamh():
@@ -174,10 +257,23 @@ def test_expert_weights_decay_and_each_expert_keeps_its_own_sphere_under_adamh()
     assert decays["blocks.0.mlp.w_gate"] and decays["blocks.0.mlp.router.kernel"]
     assert not decays["blocks.0.mlp.router_bias"] and not decays["embed.embedding"]
     expert = jnp.stack([jnp.full((3, 2), 1.0), jnp.full((3, 2), 5.0)])  # experts of very different norms
-    tx = hyperball(0.1)
+    tx = hyperball(0.1, 1e-3)
     state = tx.init({"w": expert})
     updates, _ = tx.update({"w": jnp.ones_like(expert)}, state, {"w": expert})
     moved = expert + updates["w"]
     np.testing.assert_allclose(
         np.linalg.norm(np.asarray(moved), axis=(1, 2)), [6**0.5, 5 * 6**0.5], rtol=1e-6
     )
+
+
+def test_moe_every_beyond_the_layers_is_refused_naming_the_field():
+    """Every k-th layer is MoE: with k past the last layer there is none, and the router loss would have no
+    layer to average over."""
+    with pytest.raises(ValidationError, match=r"moe.every \(3\) must not exceed n_layers \(2\)"):
+        LlamaConfig(
+            **{
+                **config(experts=E, top_k=1).model_dump(),
+                "n_layers": 2,
+                "moe": {"experts": E, "top_k": 1, "every": 3},
+            }
+        )

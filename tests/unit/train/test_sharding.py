@@ -24,9 +24,10 @@ from marin_pipelines.train.checkpoint import flatten
 from marin_pipelines.train.model import Llama, LlamaConfig
 from marin_pipelines.train.moe import MoEConfig
 from marin_pipelines.train.optimizer import make_optimizer
-from marin_pipelines.train.sharding import AXES, check_layout, state_shardings
+from marin_pipelines.train.sharding import AXES, check_layout, data_mesh, state_shardings
+from marin_pipelines.train.throughput import peak_operand
 from marin_pipelines.train.train_config import MeshConfig, TrainConfig
-from marin_pipelines.train.trainer import train
+from marin_pipelines.train.trainer import _initial_state, train
 
 HERE = Path(__file__).parent
 MOE = MODEL.model_copy(update={"moe": MoEConfig(experts=4, top_k=2, dropless=False)})
@@ -141,6 +142,73 @@ def test_a_checkpoint_resumes_on_another_layout(runs):
     changed = RESUMABLE.model_copy(update={"fsdp": False, "peak_flops": 1e12, "warmup_steps": 2})
     with pytest.raises(ValueError, match=re.escape("another train config (fields ['warmup_steps'])")):
         train(MODEL, changed, repeating_batches, runs / "one", progress=False)
+
+
+def place_every_optimizer(root: str) -> None:
+    """Places the whole training state of each optimiser on 4 devices, the dense model on data 2 x model 2
+    and the MoE on data 1 x expert 2 x model 2; then trains AdamH's MoE two steps there. Prints the specs
+    of the MoE states' expert leaves and the run's mesh and losses."""
+    specs = {}
+    for optimizer in ("adamw", "adamh", "muon"):
+        for model, mesh in ((MODEL, MeshConfig(model=2)), (MOE, MeshConfig(expert=2, model=2))):
+            config = TRAIN.model_copy(update={"optimizer": optimizer, "mesh": mesh})
+            state = _initial_state(Llama(model, nnx.Rngs(0)), make_optimizer(config), config)
+            placed = jax.device_put(state, state_shardings(state, data_mesh(mesh), config.fsdp))
+            specs |= {
+                f"{optimizer}:{name}": list(leaf.sharding.spec)
+                for name, leaf in flatten(placed).items()
+                if name.endswith("blocks.0.mlp.w_up")
+            }
+    adamh = TRAIN.model_copy(
+        update={"optimizer": "adamh", "steps": 2, "warmup_steps": 1, "mesh": MeshConfig(expert=2, model=2)}
+    )
+    out = Path(root) / "adamh_moe"
+    moe_bf16 = MOE.model_copy(update={"dtype": "bfloat16"})
+    run = train(
+        moe_bf16, adamh.model_copy(update={"peak_flops": None}), repeating_batches, out, progress=False
+    )
+    operand = peak_operand(data_mesh(adamh.mesh), "bfloat16", 64)
+    peak = {
+        "source": run["peak_flops_source"],
+        "devices": sorted(shard.device.id for shard in operand.addressable_shards),
+        "block": list(operand.addressable_shards[0].data.shape),
+        "dtype": str(operand.dtype),
+    }
+    print(json.dumps({"specs": specs, "mesh": run["mesh"], "losses": losses(out), "peak": peak}))
+
+
+@pytest.fixture(scope="module")
+def placed(tmp_path_factory) -> dict:
+    return json.loads(
+        on_devices(4, "place_every_optimizer", str(tmp_path_factory.mktemp("placed"))).splitlines()[-1]
+    )
+
+
+def test_every_optimizer_places_dense_and_moe_models_on_model_and_expert_axes(placed):
+    """AdamH's per-expert radius [experts, 1, 1] mirrors the expert weights' path: the model axis must not
+    split its size-1 dimensions (it did: IndivisibleError), while its experts stay on the expert axis."""
+    specs = placed["specs"]
+    assert specs["adamh:params.blocks.0.mlp.w_up"] == ["expert", None, "model"]
+    assert specs["adamh:opt_state.2.radius.blocks.0.mlp.w_up"] == ["expert", None, None]
+    assert specs["muon:opt_state.1.inner_states.muon.inner_state.0.mu.blocks.0.mlp.w_up"] == [
+        "expert",
+        None,
+        "model",
+    ]
+    assert placed["mesh"] == {"data": 1, "expert": 2, "model": 2}
+    assert len(placed["losses"]) == 2 and all(map(math.isfinite, placed["losses"]))
+
+
+def test_the_mfu_peak_is_the_meshs_in_the_runs_dtype(runs, placed):
+    """Measured, every device of the mesh runs its own matmul chain at once, in the run's compute dtype (a
+    bf16 run was measured against one device's float32 matmuls); configured, the per-device peak x the
+    devices. The summary says which."""
+    peak = placed["peak"]
+    assert peak["source"] == "measured: bfloat16 matmuls on all 4 devices at once"
+    assert peak["devices"] == [0, 1, 2, 3] and peak["block"] == [1, 64, 64] and peak["dtype"] == "bfloat16"
+    configured = summary(runs / "data2_model2")
+    assert configured["peak_flops"] == 4 * TRAIN.peak_flops
+    assert configured["peak_flops_source"] == "train.peak_flops 1e+10 x 4 devices"
 
 
 # data x expert x model: each mesh splits the training state into more pieces than the one before

@@ -128,3 +128,51 @@ def test_a_warm_started_run_resumes_bit_identically(base, tmp_path):
     whole, resumed = assert_resumes_bit_identically(qk, RUN, batches, tmp_path, **kwargs)
     assert resumed["resumed_from_step"] == 10 and resumed["warm_start"] == whole["warm_start"]
     assert [m["lr"] for m in metrics(tmp_path / "whole")][:2] == pytest.approx([5e-3, 1e-2])  # re-warmed
+
+
+def matrix_norms(params: dict) -> dict[str, float]:
+    return {name: float(np.linalg.norm(value)) for name, value in params.items() if value.ndim >= 2}
+
+
+STILL = {
+    "steps": 1,
+    "warmup_steps": 1,
+    "learning_rate": 1e-9,
+    "adam_learning_rate": 1e-9,
+}  # a step that moves nothing
+
+
+def test_an_adamh_warm_start_from_an_adamw_base_keeps_the_loaded_norms(base, tmp_path):
+    """AdamH's spheres are the loaded matrices' norms, not those of the initialisation the load replaced."""
+    adamh = RUN.model_copy(update={"optimizer": "adamh", **STILL})
+    train(MODEL, adamh, batches, tmp_path, progress=False, warm_start=base)
+    loaded, initialised = (
+        matrix_norms(saved(base)[0]),
+        matrix_norms(flatten(nnx.state(Llama(MODEL, nnx.Rngs(0))))),
+    )
+    assert max(abs(loaded[name] / initialised[name] - 1) for name in loaded) > 0.05  # AdamW moved them
+    after = matrix_norms(saved(tmp_path)[0])
+    for name, norm in loaded.items():
+        assert after[name] == pytest.approx(norm, rel=1e-5), name
+
+
+def test_experts_grown_under_adamh_keep_the_base_router_and_start_at_its_mean_bias(tmp_path):
+    """With the optimiser's state loaded, the grown router's sphere is its own loaded norm (the base's radius
+    would shrink every column); the new experts' balance bias starts at the mean of the base's."""
+    three, five = (  # the grown run's one step moves neither the weights nor the bias
+        MODEL.model_copy(update={"moe": MoEConfig(experts=e, top_k=1, dropless=True, bias_rate=rate)})
+        for e, rate in ((3, 3e-3), (5, 0.0))
+    )
+    adamh = RUN.model_copy(update={"optimizer": "adamh", "learning_rate": 0.1, "steps": 6})
+    train(three, adamh, batches, tmp_path / "three", progress=False)
+    kwargs = dict(warm_start=tmp_path / "three", warm_start_optimizer=True)
+    train(five, adamh.model_copy(update=STILL), batches, tmp_path / "five", progress=False, **kwargs)
+    base, grown = saved(tmp_path / "three")[0], saved(tmp_path / "five")[0]
+    for layer in range(2):
+        router = f"blocks.{layer}.mlp.router.kernel"
+        np.testing.assert_allclose(grown[router][:, :3], base[router], rtol=1e-4, atol=1e-7)
+        bias = base[f"blocks.{layer}.mlp.router_bias"]
+        assert abs(bias.mean()) > 1e-3  # the balancing moved them, not evenly
+        np.testing.assert_allclose(
+            grown[f"blocks.{layer}.mlp.router_bias"], [*bias, bias.mean(), bias.mean()]
+        )
