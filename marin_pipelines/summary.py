@@ -44,11 +44,7 @@ def experiment_summary(experiment: Experiment, store_root: str, run: ExperimentR
     for evaluation in of("eval_results"):
         run_step = evaluation.inputs["checkpoint"]
         ckpt, evals = get(run_step).metadata, get(evaluation).metadata
-        lines.append(
-            f"{run_step.name}: {ckpt['params']:,} params, {ckpt['tokens_seen']:,} tokens, "
-            f"train loss {ckpt['initial_loss']:.3f} -> {ckpt['final_loss']:.3f}; validation loss "
-            f"{evals['loss']:.3f}, bits-per-byte {evals['bits_per_byte']:.3f}"
-        )
+        lines.append(run_line(run_step.name, ckpt, evals))
         tasks = [f"{k} {v:.3f}" for k, v in evals["scores"].items() if not k.startswith(("bpb/", "loss/"))]
         if tasks:
             lines.append(f"  tasks: {', '.join(tasks)}")
@@ -67,6 +63,17 @@ def experiment_summary(experiment: Experiment, store_root: str, run: ExperimentR
     lines.append(f"asset checks: {len(run.checks) - len(failed)} passed")
     lines += [f"  {'FAILED' if c.blocking else 'WARNING'}: {c} did not pass" for c in failed]
     return "\n".join(lines)
+
+
+def run_line(name: str, trained: dict, evaluated: dict) -> str:
+    """One run and its evaluation. Params are counted non-embedding, as the recipes, ladders, forecasts and
+    comparisons count them; the total with embeddings (the trainer's ``params``) beside it, labelled."""
+    return (
+        f"{name}: {trained['non_embedding_params']:,} params non-embedding ({trained['params']:,} with "
+        f"embeddings), {trained['tokens_seen']:,} tokens, train loss {trained['initial_loss']:.3f} -> "
+        f"{trained['final_loss']:.3f}; validation loss {evaluated['loss']:.3f}, bits-per-byte "
+        f"{evaluated['bits_per_byte']:.3f}"
+    )
 
 
 def _funnels(experiment: Experiment, get) -> list[str]:

@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from marin_pipelines.config_errors import describe
+from marin_pipelines.evals.comparison import Claim
 from marin_pipelines.evals.eval_results import EVAL_BATCH_SIZE
 from marin_pipelines.scaling.isoflop_ladder import IsoflopLadderConfig
 from marin_pipelines.stages import corpus as corpus_stages
@@ -560,11 +561,15 @@ def compare(
     variants: dict[str, Step],
     hypothesis: str = "",
     metrics: Sequence[str] = (),
-    baselines: dict[str, str] | None = None,
+    claims: Sequence[Claim] = (),
+    tolerance: float | None = None,
+    seeds: dict[str, list[str]] | None = None,
 ) -> Step:
-    """Evaluations side by side, with the checkpoints they evaluated; the comparison opens with its verdict
-    on ``metrics``, the scores the hypothesis is about: each variant against its entry in ``baselines``
-    (``{"moe_8e11": "dense_8e11"}``), else against the first."""
+    """Evaluations side by side, with the checkpoints they evaluated; the comparison opens with whether the
+    hypothesis held: each of its ``claims`` (``Claim("muon_8e11", "same", "adamw_8e11")``) on ``metrics``,
+    the scores it is about, within ``tolerance`` (the relative band the hypothesis states: "within 1%" is
+    0.01), else the noise measured between ``seeds`` (an arm -> its runs with other seeds), else none. With
+    no claims, each variant is set against the first and the verdict cannot tell."""
     inputs: dict[str, Step | None] = {}
     for label, evaluation in variants.items():
         if "checkpoint" not in evaluation.inputs:
@@ -575,7 +580,9 @@ def compare(
         "variants": list(variants),
         "hypothesis": hypothesis,
         "metrics": list(metrics),
-        "baselines": dict(baselines or {}),
+        "claims": list(claims),
+        "tolerance": tolerance,
+        "seeds": dict(seeds or {}),
     }
     return step(name, eval_stages.comparison, config, inputs)
 

@@ -6,7 +6,7 @@ optimiser differs."""
 
 from marin_pipelines.experiment import Experiment
 from marin_pipelines.experiments import demo
-from marin_pipelines.experiments.defaults import compare, evaluate, variant
+from marin_pipelines.experiments.defaults import Claim, compare, evaluate, variant
 
 BUDGETS = {"2e11": 2e11, "8e11": 8e11}
 OPTIMIZERS = {  # the recipe's fields for each arm
@@ -38,9 +38,12 @@ optimizer_ablation = Experiment(
             hypothesis="With the recipe's learning rate unchanged, Muon ends within 1% of AdamW's validation "
             "loss at both budgets; AdamH, at its own learning rate and without a weight decay to tune, too.",
             metrics=["own-data validation loss"],
-            baselines={  # each against AdamW at its own budget
-                f"{arm}_{label}": f"adamw_{label}" for label in BUDGETS for arm in ("adamh", "muon")
-            },
+            claims=[  # each against AdamW at its own budget
+                Claim(f"{arm}_{label}", "same", f"adamw_{label}")
+                for arm in ("muon", "adamh")
+                for label in BUDGETS
+            ],
+            tolerance=0.01,  # "within 1%"
         )
     ],
     description="AdamW, AdamH and Muon on the delphi recipe's runs at 2e11 and 8e11 FLOPs.",

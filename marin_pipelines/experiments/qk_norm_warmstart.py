@@ -5,7 +5,7 @@ learning rate re-warmed) and one without, as the control. Every data step is the
 
 from marin_pipelines.experiment import Experiment
 from marin_pipelines.experiments import demo
-from marin_pipelines.experiments.defaults import compare, evaluate, variant, warm_started
+from marin_pipelines.experiments.defaults import Claim, compare, evaluate, variant, warm_started
 
 BUDGET = {"target_budget": 4e11}
 
@@ -30,7 +30,14 @@ qk_norm_warmstart = Experiment(
             hypothesis="QK-norm added mid-run costs nothing: the continuation with QK-norm ends within 1% of "
             "the plain continuation's validation loss, both below the base's.",
             metrics=["own-data validation loss"],
+            claims=[  # what the hypothesis is about first, then its second clause
+                Claim("continued_qk_norm", "same", "continued"),
+                Claim("continued", "better", "base"),
+                Claim("continued_qk_norm", "better", "base"),
+            ],
+            tolerance=0.01,  # "within 1%"
         )
     ],
-    description="A base run continued with QK-norm warm-started into it vs without, at 4e11 FLOPs each.",
+    description="A base run continued with QK-norm warm-started into it vs without: 4e11 FLOPs each of their "
+    "own, the continuations 8e11 with the base's.",
 )

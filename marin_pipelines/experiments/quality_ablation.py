@@ -6,6 +6,7 @@ runs are measured on their own validation split and on the demo's (the same text
 from marin_pipelines.experiment import Experiment
 from marin_pipelines.experiments import datashop, demo
 from marin_pipelines.experiments.defaults import (
+    Claim,
     compare,
     evaluate,
     quality_and_curation,
@@ -43,6 +44,7 @@ quality_ablation = Experiment(
             "reference-vs-crawl does: the Datashop arm reaches lower bits-per-byte on the lm-eval tasks' "
             "Python documentation and on the demo's validation text.",
             metrics=["marin_python_text/bits_per_byte", "bpb/demo_text"],
+            claims=[Claim("datashop", "better", "fasttext")],  # no tolerance stated, no seeds: cannot tell
         )
     ],
     description="One crawl, two quality classifiers (reference fastText vs Datashop labels), two curated "

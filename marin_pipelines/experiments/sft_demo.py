@@ -6,7 +6,7 @@ demo's own."""
 
 from marin_pipelines.experiment import Experiment
 from marin_pipelines.experiments import demo
-from marin_pipelines.experiments.defaults import chat_data, compare, evaluate, sft
+from marin_pipelines.experiments.defaults import Claim, chat_data, compare, evaluate, sft
 
 chats = chat_data("sft_demo/chat_data")
 tuned = sft("sft_demo/sft_checkpoint", demo.target.checkpoint, chats, train={"steps": 100, "batch_size": 16})
@@ -24,6 +24,8 @@ sft_demo = Experiment(
             "token, on modules it never saw) well below the base's, by more than 10%, at a small cost in "
             "the web text's bits-per-byte.",
             metrics=["chat/demo_chat", "bpb/main"],
+            claims=[Claim("sft", "better", "base", metrics=("chat/demo_chat",))],
+            tolerance=0.1,  # "by more than 10%": better beyond a 10% band; bpb/main's cost is reported
         )
     ],
     description="The demo's target run fine-tuned on the demo's chat set, beside its base.",

@@ -5,7 +5,7 @@ are new."""
 
 from marin_pipelines.experiment import Experiment
 from marin_pipelines.experiments import demo
-from marin_pipelines.experiments.defaults import compare, evaluate, variant
+from marin_pipelines.experiments.defaults import Claim, compare, evaluate, variant
 
 BUDGET = {"target_budget": 2e11}  # the recipe's run at this budget, as the demo's is at its own
 
@@ -26,6 +26,8 @@ zloss_ablation = Experiment(
             hypothesis="A z-loss of 1e-4 keeps the log-partition near 0 at no cost in loss: validation loss "
             "and bits-per-byte within 1% of the run without it.",
             metrics=["own-data validation loss", "own-data bits-per-byte"],
+            claims=[Claim("zloss_1e_4", "same", "zloss_0")],
+            tolerance=0.01,  # "within 1%"
         )
     ],
     description="z-loss 0 vs 1e-4 on the demo's data: the recipe's run at 2e11 FLOPs.",

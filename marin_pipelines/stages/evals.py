@@ -23,7 +23,12 @@ from marin_pipelines.evals.checkpoint_eval import (
     results_table,
     scores,
 )
-from marin_pipelines.evals.comparison import Variant, compare_variants
+from marin_pipelines.evals.comparison import (
+    Claim,
+    Variant,
+    check_plan,
+    compare_variants,
+)
 from marin_pipelines.evals.eval_results import EVAL_BATCH_SIZE, combine_bpb
 from marin_pipelines.evals.launch_config import EvalLaunch
 from marin_pipelines.stages.sft import HELDOUT_CHATS
@@ -191,7 +196,8 @@ ladder_eval_results = replace(
 
 
 class CompareConfig(BaseModel):
-    """The variants of an ablation, in order (the first is the baseline), and what the experiment tests."""
+    """The variants of an ablation, in order (the first is the baseline when no claim names another), what
+    the experiment tests and how the verdict judges it."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -204,9 +210,22 @@ class CompareConfig(BaseModel):
         description="the table's scores the hypothesis is about (the first decides 'best'), e.g. "
         "'chat/demo_chat', 'bpb/main'; none: the own-data validation loss",
     )
-    baselines: dict[str, str] = Field(
+    claims: list[Claim] = Field(
+        default_factory=list,
+        description="the hypothesis's clauses, each a variant better / the same / worse / not worse than "
+        "another; none: each variant is set against the first and the verdict cannot tell",
+    )
+    tolerance: float | None = Field(
+        None,
+        gt=0,
+        lt=1,
+        description="the relative band within which two values are the same, as the hypothesis states it "
+        "('within 1%': 0.01); none: measured from seeds where given, else no band",
+    )
+    seeds: dict[str, list[str]] = Field(
         default_factory=dict,
-        description="a variant -> the variant it is judged against (per budget, say); the rest: the first",
+        description="an arm -> the variants that are it with other seeds: their spread is the tolerance "
+        "where none is declared",
     )
 
     @field_validator("variants")
@@ -218,27 +237,31 @@ class CompareConfig(BaseModel):
         return labels
 
     @model_validator(mode="after")
-    def _baselines_are_variants(self) -> CompareConfig:
-        named = {*self.baselines, *self.baselines.values()}
-        if unknown := sorted(named - set(self.variants)):
-            raise ValueError(f"baselines names {unknown}, which are not variants ({self.variants})")
-        if self.variants[0] in self.baselines:
-            raise ValueError(f"baselines: {self.variants[0]!r} is the first variant, everyone's baseline")
-        if judged_bases := sorted(set(self.baselines) & set(self.baselines.values())):
-            raise ValueError(f"baselines: {judged_bases} are judged and baselines at once")
+    def _a_judgeable_plan(self) -> CompareConfig:
+        check_plan(self.variants, self.hypothesis, self.metrics, self.claims, self.tolerance, self.seeds)
         return self
 
 
 # revision 2: the params a token uses (an MoE's active params) in the table; 3: the verdict on the
-# hypothesis' metrics first, own-data rows named, the loss-minus-baseline plot, no JSON repeats
-@stage(CompareConfig, revision=3, group="evals", kinds=("matplotlib",))
+# hypothesis' metrics first, own-data rows named, the loss-minus-baseline plot, no JSON repeats; 4: whether
+# the hypothesis held, on its claims, within a tolerance; the best among arms of one budget; params counted
+# non-embedding; a continuation's FLOPs with its base's
+@stage(CompareConfig, revision=4, group="evals", kinds=("matplotlib",))
 def comparison(ctx: StepContext, out: PendingArtifact, config: CompareConfig, **runs: Artifact) -> None:
-    """The variants side by side: loss curves overlaid, validation loss, bits-per-byte per set, task
-    scores, tokens and FLOPs, with the experiment's hypothesis."""
+    """The variants side by side: whether the hypothesis held, loss curves overlaid, validation loss,
+    bits-per-byte per set, task scores, tokens and FLOPs, with the experiment's hypothesis."""
     variants = [
         Variant(label, runs[f"{label}_checkpoint"].url, runs[f"{label}_eval"].metadata)
         for label in config.variants
     ]
     out.metadata.update(
-        compare_variants(variants, config.hypothesis, out.path, config.metrics, config.baselines)
+        compare_variants(
+            variants,
+            config.hypothesis,
+            out.path,
+            config.metrics,
+            config.claims,
+            config.tolerance,
+            config.seeds,
+        )
     )

@@ -49,6 +49,8 @@ from marin_pipelines.store import Artifact, PendingArtifact, read_url, write_url
 from marin_pipelines.tokenize.data_mixture import MixtureConfig
 from marin_pipelines.tokenize.tokenized_cache import TokenCache
 from marin_pipelines.tokenize.tokenizer import TOKENIZER_FILE
+from marin_pipelines.train.model import LlamaConfig
+from marin_pipelines.train.train_config import TrainConfig
 
 LEADERBOARD = "leaderboard.md"
 LEADERBOARD_PLOT = "leaderboard.png"
@@ -231,19 +233,12 @@ def isoflop_forecast(
         metric: downstream_forecast(runs, metric, predicted, bootstrap=config.bootstrap, seed=config.seed)
         for metric in config.downstream
     }
-    tokens = train.steps * train.batch_size * model.seq_len
-    target = {
-        "budget": budget,
-        "flops": model.flops_per_token() * tokens,
-        "params": model.num_params(include_embeddings=False),
-        "tokens": tokens,
-        "shape": f"d{model.d_model}l{model.n_layers}",
-    }
+    target = target_record(model, train, budget)
     named = [{"run": key, "loss": r["loss"]} for key, r in zip(keys, runs, strict=True)]
     mixture = mixture_of_inputs(ctx, config.target.data_mixture, caches)
     urls = mixture.cache_urls(tokenized_cache.url)
     sources = {name: (source.weight, TokenCache(urls[name])) for name, source in mixture.sources.items()}
-    diagnostics = mixture_diagnostics(named, sources, tokens, vocab_size)
+    diagnostics = mixture_diagnostics(named, sources, target["tokens"], vocab_size)
     diagnostics["warnings"] += predicted.warnings
     record = {
         "preregistered_at": datetime.now(UTC).isoformat(timespec="microseconds"),
@@ -279,6 +274,20 @@ def isoflop_forecast(
         plots=plots,
         **diagnostics,
     )
+
+
+def target_record(model: LlamaConfig, train: TrainConfig, budget: float) -> dict[str, Any]:
+    """The run the forecast is for, as its page shows it: params counted non-embedding (the N the ladder
+    fits, labelled so) with the total beside it."""
+    tokens = train.steps * train.batch_size * model.seq_len
+    return {
+        "budget": budget,
+        "flops": model.flops_per_token() * tokens,
+        "non_embedding_params": model.num_params(include_embeddings=False),
+        "total_params": model.num_params(),
+        "tokens": tokens,
+        "shape": f"d{model.d_model}l{model.n_layers}",
+    }
 
 
 def prediction_record(predicted: Forecast) -> dict[str, Any]:

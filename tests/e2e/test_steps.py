@@ -172,7 +172,9 @@ def test_the_comparison_holds_every_variant(ablation):
     artifact = ArtifactStore(root).get(comparison.key, comparison.version)
     meta = artifact.metadata
     assert meta["metric"] == "own-data validation loss" and meta["best"] in ("base", "hot")
-    assert meta["markdown"]["verdict"].splitlines()[1].startswith("- hot **")
+    head, losses = meta["markdown"]["verdict"].split("\n\n")  # no claims declared: nothing to check
+    assert head.startswith("**Cannot tell whether the hypothesis held**") and meta["held"] == "cannot tell"
+    assert losses.splitlines()[1].startswith("- hot against base: ")
     assert "hotter learning rate" in meta["markdown"]["hypothesis"]
     assert "| metric | base | hot |" in meta["markdown"]["comparison"]
     for plot in ("loss_curves.png", "loss_vs_baseline.png", "scores.png"):

@@ -15,7 +15,7 @@ from marin_pipelines.experiments.defaults import (
     tokenizer_and_cache,
 )
 from marin_pipelines.scaling.isoflop_ladder import IsoflopLadderConfig, target_run
-from marin_pipelines.stages.scaling import started_at
+from marin_pipelines.stages.scaling import started_at, target_record
 from marin_pipelines.stages.train import IsoflopRunsConfig, TrainRunConfig, isoflop_partition_keys
 from marin_pipelines.steps import InputError, StepError
 
@@ -55,6 +55,16 @@ def test_the_target_is_the_recipes_run_and_its_vocabulary_holds_the_tokenizers()
     # adding a budget or a seed changes the forecast, not the run forecast
     wider = IsoflopLadderConfig(**{**LADDER, "budgets": [*LADDER["budgets"], 8e10], "seeds": 3})
     assert wider.target() == ladder.target()
+
+
+def test_the_forecasts_target_labels_its_params_non_embedding_with_the_total_beside():
+    """The N the ladder fits is non-embedding: the target's record says so, never a bare "params"."""
+    ladder = IsoflopLadderConfig(**LADDER)
+    model, train = TrainRunConfig(model={"seq_len": 64}, target=ladder.target()).resolve(512)
+    target = target_record(model, train, 1e11)
+    assert "params" not in target
+    assert target["non_embedding_params"] == model.num_params(include_embeddings=False)
+    assert target["total_params"] == model.num_params() > target["non_embedding_params"]
 
 
 def test_a_downstream_set_must_be_evaluated_and_a_target_declared():
