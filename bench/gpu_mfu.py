@@ -1,7 +1,10 @@
 """MFU on one GPU: a dense 150M model in bfloat16, the same with FP8 matmuls, and an MoE of the same active
-size (8 experts, top-1, each of the dense model's width). Issue 36's goal: the dense bf16 run at MFU >= 45%
-(Levanter reports 50-55% on such cards). Each arm's MFU is against the card's dense bf16 peak (so FP8's gain
-reads as a ratio to the bf16 arm measured in this same script), tokens/s beside it.
+size (8 experts, top-1, each of the dense model's width), routed with a capacity and dropless. Issue 36's
+goal: the dense bf16 run at MFU >= 45% (Levanter reports 50-55% on such cards). Each arm's MFU is against the
+card's dense bf16 peak (so FP8's gain reads as a ratio to the bf16 arm measured in this same script),
+tokens/s beside it. The last line is the cost of dropless routing against capacity: XLA lowers
+``ragged_dot`` densely on NVIDIA GPUs (Marin measured it on B200), so dropless runs every expert on every
+token's row there, not a grouped matmul.
 
 Run on the GPU machine: ``.venv/bin/python bench/gpu_mfu.py`` (``--peak-tflops`` when the card is not an
 H100/H200 SXM, whose dense bf16 peak is 989 TFLOP/s). Random tokens: throughput does not depend on the text.
@@ -22,7 +25,8 @@ VOCAB, SEQ_LEN, BATCH, STEPS = 32_000, 1024, 32, 40
 ARMS = {  # name: model fields over the 150m preset
     "dense bf16": {"dtype": "bfloat16"},
     "dense bf16 + fp8 matmuls": {"dtype": "bfloat16", "fp8": True},
-    "moe 8x top-1 bf16": {"dtype": "bfloat16", "moe": {"experts": 8, "top_k": 1}},
+    "moe 8x top-1 bf16": {"dtype": "bfloat16", "moe": {"experts": 8, "top_k": 1}},  # capacity factor 1.25
+    "moe 8x top-1 bf16 dropless": {"dtype": "bfloat16", "moe": {"experts": 8, "top_k": 1, "dropless": True}},
 }
 
 
@@ -80,6 +84,11 @@ def main() -> None:
             f"{name:<28}{r['params']:>14,}{r['active_params']:>14,}{r['tokens_per_s']:>12,.0f}{r['mfu']:>8.1%}"
             + ratio
         )
+    capacity, dropless = (
+        results[name].get("tokens_per_s") for name in ("moe 8x top-1 bf16", "moe 8x top-1 bf16 dropless")
+    )
+    if capacity and dropless:
+        print(f"dropless routing costs {capacity / dropless:.2f}x the step time of capacity 1.25 routing")
     print(f"batch {BATCH} x {SEQ_LEN}, vocab {VOCAB}, {STEPS} steps; card: ", end="")
     print(next((r["hardware"] for r in results.values() if "hardware" in r), "unknown"))
 
