@@ -81,8 +81,10 @@ class SFTRunConfig(BaseModel):
     chat_template: str = Field(DEFAULT_TEMPLATE, description="Jinja, as in tokenizer_config.json")
 
 
+# revision 2: an MoE's padding is no longer routed (issue 48), so no fine-tune made before is reused
 @stage(
     SFTRunConfig,
+    revision=2,
     group="post_training",
     kinds=("jax",),
     checks=LOSS_CHECK,
