@@ -134,7 +134,7 @@ def test_interrupted_run_resumes_bit_identically(run, tmp_path):
     assert [m["loss"] for m in read_metrics(tmp_path)] == [m["loss"] for m in read_metrics(run[0])]
 
 
-def test_resume_refuses_a_different_config(run, tmp_path):
+def test_resume_refuses_a_different_config_or_fewer_steps(run, tmp_path):
     train(
         MODEL,
         TRAIN.model_copy(update={"steps": 10, "warmup_steps": 2}),
@@ -144,6 +144,12 @@ def test_resume_refuses_a_different_config(run, tmp_path):
     )
     with pytest.raises(ValueError, match="another train config .*warmup_steps"):
         train(MODEL, TRAIN, repeating_batches, tmp_path, progress=False)
+    # fewer steps than the checkpoint's: refused, and train.json still describes the checkpoint of step 10
+    record = (tmp_path / "train.json").read_text()
+    fewer = TRAIN.model_copy(update={"steps": 6, "warmup_steps": 2})
+    with pytest.raises(ValueError, match="at step 10, past the 6 steps asked"):
+        train(MODEL, fewer, repeating_batches, tmp_path, progress=False)
+    assert (tmp_path / "train.json").read_text() == record
 
 
 def test_trained_checkpoint_loads_and_predicts_the_pattern(run):
