@@ -111,7 +111,7 @@ def export_hf(
         )
     template = train_dir_template(UPath(train_dir)) if chat_template is None else chat_template
     record = json.dumps({"run": run, "step": step}, indent=2)
-    fs, target = fsspec.core.url_to_fs(str(out))
+    fs, target = _folder(str(out))
     fs.makedirs(target, exist_ok=True)
     fs.pipe_file(f"{target}/{EXPORT_RECORD}", record.encode())  # first: a half-written export is still known
     if isinstance(fs, LocalFileSystem):
@@ -133,7 +133,7 @@ def check_export_folder(out: str, run: str) -> None:
     """``out`` may take an export of ``run``: it is missing, empty, or an earlier export of the same run
     (its ``export.json`` says so), whose files the export replaces. Any other folder is refused: its
     ``config.json`` would be replaced and its files mixed with the export's."""
-    fs, target = fsspec.core.url_to_fs(out)
+    fs, target = _folder(out)
     if not fs.exists(target):
         return
     if not fs.isdir(target):
@@ -156,6 +156,12 @@ def check_export_folder(out: str, run: str) -> None:
             f"--out {out} holds an export of {recorded or 'an unknown run'}, not of {run}: give a new or "
             "empty folder (or remove that export first)"
         )
+
+
+def _folder(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
+    """The file system and path of a folder, without a trailing slash (files are named below it)."""
+    fs, path = fsspec.core.url_to_fs(url)
+    return fs, path.rstrip("/") or "/"
 
 
 def train_dir_template(train_dir: UPath) -> str | None:
