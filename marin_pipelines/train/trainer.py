@@ -321,10 +321,8 @@ def train(
     tx = make_optimizer(config)
     state = _initial_state(model, tx, config)
     shardings = state_shardings(state, mesh, config.fsdp)
-    if primary:
-        if is_local(out_dir):
-            out_dir.mkdir(parents=True, exist_ok=True)
-        write_url(str(out_dir / MODEL_FILE), json.dumps(meta["model"], indent=2))
+    if primary and is_local(out_dir):
+        out_dir.mkdir(parents=True, exist_ok=True)
 
     replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
     rows_sharding = batch_sharding(mesh)
@@ -365,6 +363,8 @@ def train(
                 if primary:
                     logger.info("warm start from step %(step)d of %(dir)s", meta["warm_start"])
             state = jax.device_put(state, shardings)
+        if primary:  # once the run is known to be this one: a refused rerun leaves the run's model file
+            write_url(str(out_dir / MODEL_FILE), json.dumps(meta["model"], indent=2))
         meta["layouts"] = [*saved.get("layouts", []), _layout(mesh, config, start)]  # earlier segments first
         started_at = _first_start(out_dir, resuming=start > 0) if primary else None
         metrics = _metrics_before(metrics_path, start)
