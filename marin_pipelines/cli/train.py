@@ -38,7 +38,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--config", help="YAML (path or URL): model (size or shape) and train")
     parser.add_argument("--data", help="a tokenized_cache output: a folder or a gs:// URL")
     parser.add_argument("--out", help="checkpoint directory, a folder or a gs:// URL (resumed if present)")
-    parser.add_argument("--steps", type=positive_int, help="override train.steps")
+    parser.add_argument(
+        "--steps",
+        type=positive_int,
+        help="override train.steps; a run in --out is resumed or extended, never cut: fewer steps than its "
+        "checkpoint's are refused",
+    )
     parser.add_argument(
         "--warm-start",
         metavar="DIR",
@@ -48,6 +53,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "--fresh-optimizer", action="store_true", help="with --warm-start: parameters only, a fresh optimiser"
+    )
+    parser.add_argument(
+        "--allow-other-tokenizer",
+        action="store_true",
+        help="with --warm-start: the base was trained on another tokenizer and that is meant (its "
+        "embeddings load for this run's token ids; both tokenizers are recorded in train.json's "
+        "warm_start); without it such a base is refused",
     )
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.add_argument(
@@ -127,8 +139,9 @@ def train_launch(args: argparse.Namespace) -> TrainLaunch:
             run = type(run).model_validate(run.model_dump())
         except ValidationError as e:
             raise ValueError(f"--steps {args.steps} with {args.config}: {describe(e, title='run')}") from None
-    if args.fresh_optimizer and not args.warm_start:
-        raise ValueError("--fresh-optimizer is for a --warm-start run")
+    if not args.warm_start and (args.fresh_optimizer or args.allow_other_tokenizer):
+        flag = "--fresh-optimizer" if args.fresh_optimizer else "--allow-other-tokenizer"
+        raise ValueError(f"{flag} is for a --warm-start run")
     return TrainLaunch(
         run=run,
         data=args.data,
@@ -136,6 +149,7 @@ def train_launch(args: argparse.Namespace) -> TrainLaunch:
         progress_bar=not args.quiet,
         warm_start=args.warm_start,
         warm_start_optimizer=not args.fresh_optimizer,
+        warm_start_other_tokenizer=args.allow_other_tokenizer,
     )
 
 

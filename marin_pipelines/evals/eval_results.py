@@ -14,7 +14,7 @@ from tokenizers import Tokenizer
 
 from marin_pipelines.tokenize.text_sources import read_chunk, text_chunks
 from marin_pipelines.tokenize.tokenized_cache import TokenCache
-from marin_pipelines.tokenize.tokenizer import EOS
+from marin_pipelines.tokenize.tokenizer import EOS, TOKENIZER_FILE, tokenizer_hash
 from marin_pipelines.train.model import Llama
 
 EVAL_BATCH_SIZE = 16  # sequences per forward pass of an evaluation, unless it is told otherwise
@@ -83,11 +83,21 @@ def text_tokens(paths: list[str], tokenizer: Tokenizer) -> np.ndarray:
 
 
 def bpb_tokens(path: str, tokenizer: Tokenizer) -> np.ndarray:
-    """A bits-per-byte set: a token cache's validation split, or text files (``text_tokens``)."""
+    """A bits-per-byte set: a token cache's validation split, or text files (``text_tokens``). A cache made
+    with another tokenizer is refused: its ids would be read as other tokens, their bytes counted by the
+    wrong table, and the bits per byte would mean nothing."""
     try:
         cache = TokenCache(path)
     except FileNotFoundError:
         return text_tokens([path], tokenizer)
+    theirs, mine = cache.info.get("tokenizer_hash"), tokenizer_hash(tokenizer)
+    if theirs != mine:
+        raise ValueError(
+            f"the bits-per-byte set {path} is a token cache made with another tokenizer ({path.rstrip('/')}/"
+            f"{TOKENIZER_FILE}, hash {theirs}) than the one evaluating (the checkpoint's {TOKENIZER_FILE} or "
+            f"the one given, hash {mine}, {tokenizer.get_vocab_size()} tokens): evaluate the text it was "
+            "made from, or a cache made with the checkpoint's tokenizer"
+        )
     return np.asarray(cache.validation)
 
 

@@ -44,7 +44,7 @@ from tokenizers import Tokenizer
 from marin_pipelines.engine import Engine, LocalEngine, Progress
 from marin_pipelines.store import version_hash
 from marin_pipelines.tokenize.text_sources import TextChunk, find_text_files, read_chunk, text_chunks
-from marin_pipelines.tokenize.tokenizer import BOS, EOS, TOKENIZER_FILE, NoText
+from marin_pipelines.tokenize.tokenizer import BOS, EOS, TOKENIZER_FILE, NoText, tokenizer_hash
 
 log = logging.getLogger(__name__)
 SPLITS = ("train", "validation")
@@ -145,9 +145,7 @@ def build_cache(
         files = len(find_text_files(inputs))
         raise NoText(f"no documents to tokenize in {', '.join(inputs)} (text files read: {files})")
     info = _assemble(records, work_dir, out_dir, config, vocab_size, eos_id)
-    info.update(
-        bos_id=tokenizer.token_to_id(BOS), tokenizer_hash=xxhash.xxh64_hexdigest(tokenizer_json.encode())
-    )
+    info.update(bos_id=tokenizer.token_to_id(BOS), tokenizer_hash=tokenizer_hash(tokenizer))
     (out_dir / TOKENIZER_FILE).write_text(tokenizer_json)
     (out_dir / INFO_FILE).write_text(json.dumps(info, indent=2))
     shutil.rmtree(work_dir, ignore_errors=True)

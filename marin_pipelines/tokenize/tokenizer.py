@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
+import xxhash
 from pydantic import BaseModel, ConfigDict, Field
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
@@ -80,6 +81,18 @@ def load_tokenizer(path: str | os.PathLike[str]) -> Tokenizer:
         raise ValueError(f"{file} has no {EOS!r} token, which ends every document; add it as a special token")
     tokenizer.encode_special_tokens = True
     return tokenizer
+
+
+def tokenizer_hash(tokenizer: Tokenizer | str) -> str:
+    """A tokenizer's identity (a tokenizer or its JSON): a hash of its canonical JSON (``to_str``), whatever
+    the file's formatting. A token cache records it (``cache.json``), so that whatever reads the cache's
+    token ids can tell whether they mean what its own tokenizer's do."""
+    if isinstance(tokenizer, str):
+        try:
+            tokenizer = Tokenizer.from_str(tokenizer)
+        except Exception as e:  # HF tokenizers raises a bare Exception for JSON it cannot read
+            raise ValueError(f"not a tokenizer.json that HF tokenizers can read: {e}") from None
+    return xxhash.xxh64_hexdigest(tokenizer.to_str().encode())
 
 
 def token_byte_lengths(tokenizer: Tokenizer) -> np.ndarray:

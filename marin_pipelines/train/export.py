@@ -2,6 +2,10 @@
 ``tokenizer.json`` when the training directory has one, with a ``tokenizer_config.json`` naming its special
 tokens and, for a chat model, its chat template, so the folder loads and chats on its own).
 
+The folder is the export's alone: ``export.json`` (written first) names the run it holds, and a folder that
+is neither empty nor an export of the same run is refused, so that the user's own files are never replaced
+or mixed with the export's. Every file gets the mode any new file gets here (the umask's).
+
 Our layers map one to one onto ``LlamaForCausalLM`` (RoPE on channel halves, as HF's
 ``rotate_half``); with QK-norm the model is exactly ``Qwen3ForCausalLM`` (RMSNorm over each head's
 queries and keys before RoPE), so it is exported as that. Kernels are stored (in, out) by flax and
@@ -12,8 +16,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import fsspec
@@ -22,14 +27,20 @@ from fsspec.implementations.local import LocalFileSystem
 from safetensors.numpy import save_file
 from upath import UPath
 
+from marin_pipelines.store import is_local
 from marin_pipelines.tokenize.tokenizer import BOS, EOS, TOKENIZER_FILE
-from marin_pipelines.train.checkpoint import flatten, load_params
+from marin_pipelines.train.checkpoint import flatten, load_params, training_dir
 from marin_pipelines.train.model import LlamaConfig
 from marin_pipelines.train.train_config import CHAT_TEMPLATE_FILE
 
 WEIGHTS_FILE = "model.safetensors"
 CONFIG_FILE = "config.json"
 TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
+EXPORT_RECORD = "export.json"  # the run (and step) the folder is an export of
+
+
+class NotAnExport(ValueError):
+    """An output folder that holds other files than an earlier export of the same run."""
 
 
 def hf_config(config: LlamaConfig) -> dict[str, Any]:
@@ -87,8 +98,11 @@ def export_hf(
     train_dir: str | os.PathLike[str], out: str | os.PathLike[str], chat_template: str | None = None
 ) -> dict[str, Any]:
     """Write the latest checkpoint of ``train_dir`` as a Hugging Face model into ``out``, a folder or a URL
-    (written on local disk first, then uploaded: safetensors writes files). ``chat_template`` (Jinja) goes
-    into ``tokenizer_config.json``; by default the training directory's ``chat_template.jinja``, if any."""
+    (written on local disk first, then uploaded: safetensors writes files), new, empty or an earlier export
+    of the same run (``check_export_folder``). ``chat_template`` (Jinja) goes into ``tokenizer_config.json``;
+    by default the training directory's ``chat_template.jinja``, if any."""
+    run = run_url(train_dir)
+    check_export_folder(str(out), run)
     _, params, config, step = load_params(train_dir)
     if config.moe is not None:
         raise ValueError(
@@ -96,15 +110,58 @@ def export_hf(
             "Qwen3ForCausalLM only (no MoE mapping yet)"
         )
     template = train_dir_template(UPath(train_dir)) if chat_template is None else chat_template
-    fs, target = fsspec.core.url_to_fs(str(out))
+    record = json.dumps({"run": run, "step": step}, indent=2)
+    fs, target = _folder(str(out))
+    fs.makedirs(target, exist_ok=True)
+    fs.pipe_file(f"{target}/{EXPORT_RECORD}", record.encode())  # first: a half-written export is still known
     if isinstance(fs, LocalFileSystem):
         return write_hf(params, config, step, UPath(train_dir), Path(target), template)
     with tempfile.TemporaryDirectory() as scratch:
         hf = write_hf(params, config, step, UPath(train_dir), Path(scratch), template)
-        fs.makedirs(target, exist_ok=True)
         for file in sorted(Path(scratch).iterdir()):
             fs.put_file(str(file), f"{target}/{file.name}")
     return hf
+
+
+def run_url(train_dir: str | os.PathLike[str]) -> str:
+    """A training directory as an export records it: its absolute path, or its URL."""
+    path = training_dir(train_dir)
+    return os.path.abspath(path) if is_local(path) else str(path).rstrip("/")
+
+
+def check_export_folder(out: str, run: str) -> None:
+    """``out`` may take an export of ``run``: it is missing, empty, or an earlier export of the same run
+    (its ``export.json`` says so), whose files the export replaces. Any other folder is refused: its
+    ``config.json`` would be replaced and its files mixed with the export's."""
+    fs, target = _folder(out)
+    if not fs.exists(target):
+        return
+    if not fs.isdir(target):
+        raise NotAnExport(f"--out {out} is a file; give a folder for the export")
+    names = sorted(PurePosixPath(p.rstrip("/")).name for p in fs.ls(target, detail=False))
+    if not names:
+        return
+    if EXPORT_RECORD not in names:
+        listed = ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
+        raise NotAnExport(
+            f"--out {out} already holds files ({listed}) and is no export of {run}: export-hf would replace "
+            "its config.json and mix the export's files with them; give a new or empty folder"
+        )
+    try:
+        recorded = json.loads(fs.cat_file(f"{target}/{EXPORT_RECORD}"))["run"]
+    except (json.JSONDecodeError, KeyError, TypeError):
+        recorded = None
+    if recorded != run:
+        raise NotAnExport(
+            f"--out {out} holds an export of {recorded or 'an unknown run'}, not of {run}: give a new or "
+            "empty folder (or remove that export first)"
+        )
+
+
+def _folder(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
+    """The file system and path of a folder, without a trailing slash (files are named below it)."""
+    fs, path = fsspec.core.url_to_fs(url)
+    return fs, path.rstrip("/") or "/"
 
 
 def train_dir_template(train_dir: UPath) -> str | None:
@@ -122,6 +179,7 @@ def write_hf(
     )
     hf = hf_config(config)
     (folder / CONFIG_FILE).write_text(json.dumps(hf, indent=2))
+    shutil.copymode(folder / CONFIG_FILE, folder / WEIGHTS_FILE)  # safetensors writes it private (0600)
     tokenizer = train_dir / TOKENIZER_FILE
     if tokenizer.is_file():
         (folder / TOKENIZER_FILE).write_bytes(tokenizer.read_bytes())

@@ -32,6 +32,11 @@ class TrainLaunch(TrainingLaunch):
     warm_start_optimizer: bool = Field(
         True, description="with warm_start: load the base's optimiser state where it matches, else fresh"
     )
+    warm_start_other_tokenizer: bool = Field(
+        False,
+        description="with warm_start: a base trained on another tokenizer is meant (recorded in the run's "
+        "warm_start); else it is refused",
+    )
 
 
 class SFTLaunch(TrainingLaunch):

@@ -13,7 +13,13 @@ from marin_pipelines.tokenize.tokenizer import TOKENIZER_FILE
 from marin_pipelines.train.distributed import is_primary
 from marin_pipelines.train.launch_config import TrainLaunch
 from marin_pipelines.train.model import LlamaConfig
-from marin_pipelines.train.run_inputs import base_identity, check_inputs, given, text_sha256
+from marin_pipelines.train.run_inputs import (
+    base_identity,
+    check_inputs,
+    given,
+    text_sha256,
+    warm_start_tokenizer,
+)
 from marin_pipelines.train.trainer import train
 
 Reporters = Callable[[LlamaConfig], Sequence[Callable[[dict[str, Any]], None]]]
@@ -24,7 +30,7 @@ def train_launched(launch: TrainLaunch, reporters: Reporters = lambda model: ())
 
     ``reporters(model)`` gives where each step's record goes (Dagster Pipes, wandb), knowing the model the
     run resolved to. Process 0 copies the cache's tokenizer beside the checkpoints: evaluation needs no
-    other input."""
+    other input. A warm start's base on another tokenizer is refused unless the launch allows it."""
     run, out = launch.run, launch.out
     data = local_copy(launch.data)  # the batches read a few windows per step: from local disk
     cache = TokenCache(data)
@@ -35,6 +41,13 @@ def train_launched(launch: TrainLaunch, reporters: Reporters = lambda model: ())
         local_sources(run.data), str(data), model.seq_len, run.train.batch_size, run.train.seed
     )
     tokenizer = read_url(str(data / TOKENIZER_FILE))
+    notes = (
+        warm_start_tokenizer(
+            launch.warm_start, tokenizer, tokenizer_source(launch), launch.warm_start_other_tokenizer
+        )
+        if launch.warm_start is not None
+        else {}
+    )
     check_inputs(out, train_inputs(launch, cache, tokenizer, loader), record=is_primary())
     if is_primary():  # after the check: a refused rerun leaves the run's tokenizer as it was
         write_url(f"{out.rstrip('/')}/{TOKENIZER_FILE}", tokenizer)
@@ -47,6 +60,7 @@ def train_launched(launch: TrainLaunch, reporters: Reporters = lambda model: ())
         on_step=reporters(model),
         warm_start=launch.warm_start,
         warm_start_optimizer=launch.warm_start_optimizer,
+        warm_start_notes=notes,
     )
     # what the loader reads from, mapped a few shards at a time (tokenized_cache.OPEN_MAPS)
     return {**summary, "train_shards": {name: len(c.train.shards) for name, c in loader.caches.items()}}
@@ -59,7 +73,7 @@ def train_inputs(
     names a cache of its own (as the loader opened it; recorded by the place the run config gives)."""
     inputs = {
         "data": given(cache.identity, launch.data),
-        "tokenizer": given(text_sha256(tokenizer), f"{launch.data.rstrip('/')}/{TOKENIZER_FILE}"),
+        "tokenizer": given(text_sha256(tokenizer), tokenizer_source(launch)),
     }
     for name, source in launch.run.data.sources.items():
         if source.cache:
@@ -67,6 +81,11 @@ def train_inputs(
     if launch.warm_start is not None:
         inputs["warm_start"] = given(base_identity(launch.warm_start), launch.warm_start)
     return inputs
+
+
+def tokenizer_source(launch: TrainLaunch) -> str:
+    """Where the run's tokenizer is read from: its cache's."""
+    return f"{launch.data.rstrip('/')}/{TOKENIZER_FILE}"
 
 
 def local_sources(mixture: MixtureConfig) -> MixtureConfig:

@@ -1,6 +1,8 @@
 """What a run folder was made from: recorded at its first start (``inputs.json``) and checked at every
 restart. A rerun on other data, another tokenizer or another base would otherwise change a finished run
-without a word (the same parameters evaluated with another tokenizer) or continue it on other text.
+without a word (the same parameters evaluated with another tokenizer) or continue it on other text. A rerun
+that asks for fewer steps than the run has made is refused too (``check_steps``), and so is a warm start
+from a base on another tokenizer, unless it is meant (``warm_start_tokenizer``).
 
 Each input is recorded as its identity (a hash of what it holds, not where it lives: a cache moved to a
 bucket is the same cache) and the place it was read from, for the message that refuses another one.
@@ -16,7 +18,8 @@ from typing import Any
 import fsspec
 from upath import UPath
 
-from marin_pipelines.store import write_url
+from marin_pipelines.store import read_url, write_url
+from marin_pipelines.tokenize.tokenizer import TOKENIZER_FILE, tokenizer_hash
 from marin_pipelines.train.train_config import CHECKPOINTS_DIR, MODEL_FILE
 
 INPUTS_FILE = "inputs.json"
@@ -24,6 +27,14 @@ INPUTS_FILE = "inputs.json"
 
 class OtherInputs(ValueError):
     """A restart names other inputs than those the run folder was made from."""
+
+
+class FewerSteps(ValueError):
+    """A restart asks for fewer steps than the run folder's checkpoint has made."""
+
+
+class OtherTokenizer(ValueError):
+    """A warm start from a base trained on another tokenizer, not asked for."""
 
 
 def file_sha256(url: str) -> str:
@@ -97,3 +108,41 @@ def base_identity(base: str | UPath) -> str:
     found = checkpoints.iterdir() if checkpoints.exists() else []
     steps = sorted(int(p.name) for p in found if p.name.isdigit())
     return hashlib.sha256((base / MODEL_FILE).read_bytes() + json.dumps(steps).encode()).hexdigest()
+
+
+def check_steps(out: str, reached: int, steps: int) -> None:
+    """Refuse to train the run folder ``out``, whose latest checkpoint is at step ``reached``, to ``steps``
+    below it: nothing would train, and ``train.json`` would record the tokens and FLOPs of ``steps`` beside
+    a checkpoint of ``reached`` (a scaling fit reads them)."""
+    if steps < reached:
+        raise FewerSteps(
+            f"{out} is a run at step {reached}, past the {steps} steps asked (train.steps or --steps): a "
+            f"run never goes back. Give {reached} steps or more to resume or extend it, or a fresh --out "
+            f"for a new run of {steps} steps"
+        )
+
+
+def warm_start_tokenizer(base: str, tokenizer: str, where: str, allowed: bool) -> dict[str, Any]:
+    """The warm start's base run's tokenizer against this run's (``tokenizer``, the JSON read from
+    ``where``), by ``tokenizer_hash``: {} where they are one (or the base has none to compare). Where they
+    differ, the base's embeddings would load for token ids that stand for other text: refused, naming
+    both, unless ``allowed``; then their record, for the warm start's record."""
+    base_file = f"{base.rstrip('/')}/{TOKENIZER_FILE}"
+    try:
+        theirs = read_url(base_file)
+    except FileNotFoundError:
+        return {}
+    try:
+        mine, others = tokenizer_hash(tokenizer), tokenizer_hash(theirs)
+    except ValueError as e:
+        raise ValueError(f"{base_file} or {where}: {e}") from None
+    if mine == others:
+        return {}
+    if not allowed:
+        raise OtherTokenizer(
+            f"--warm-start {base} was trained on another tokenizer ({base_file}, hash {others}) than this "
+            f"run's ({where}, hash {mine}): its embeddings would load for token ids that stand for other "
+            "text. Warm-start from a run on this run's tokenizer, or give --allow-other-tokenizer if this "
+            "is meant (the run's warm_start record keeps both tokenizers)"
+        )
+    return {"other_tokenizer": {"base": given(others, base_file), "run": given(mine, where)}}

@@ -53,6 +53,7 @@ from marin_pipelines.train.loss_curve import loss_curve_png
 from marin_pipelines.train.model import Llama, LlamaConfig
 from marin_pipelines.train.moe import MoEConfig, RouterStats, rebalance, router_loss, router_metrics
 from marin_pipelines.train.optimizer import learning_rate_schedule, make_optimizer
+from marin_pipelines.train.run_inputs import check_steps
 from marin_pipelines.train.sharding import (
     batch_sharding,
     check_layout,
@@ -291,6 +292,7 @@ def train(
     packed: bool = False,
     warm_start: str | os.PathLike[str] | None = None,
     warm_start_optimizer: bool = False,
+    warm_start_notes: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Train into ``out_dir`` (a path or URL), resuming from its last checkpoint if it has one.
 
@@ -299,7 +301,8 @@ def train(
     seq_len + 1): tokens, segment ids and the assistant mask of packed chat examples (``packed_loss``).
     ``warm_start`` is a training directory whose latest checkpoint the run starts from: every parameter of
     the same name and shape (and with ``warm_start_optimizer`` every optimiser leaf), the rest initialised,
-    the schedule its own (``warm_start.py``); its own checkpoints take over once it has some. A
+    the schedule its own (``warm_start.py``); its own checkpoints take over once it has some;
+    ``warm_start_notes`` join its record (what the caller checked: another tokenizer, allowed). A
     ``BatchRows`` source is asked for this process's rows only; a plain function's batch is sliced. Bad
     updates (non-finite, or a loss spike) are skipped and counted; more than ``max_consecutive_skips`` in
     a row raise RuntimeError.
@@ -318,10 +321,8 @@ def train(
     tx = make_optimizer(config)
     state = _initial_state(model, tx, config)
     shardings = state_shardings(state, mesh, config.fsdp)
-    if primary:
-        if is_local(out_dir):
-            out_dir.mkdir(parents=True, exist_ok=True)
-        write_url(str(out_dir / MODEL_FILE), json.dumps(meta["model"], indent=2))
+    if primary and is_local(out_dir):
+        out_dir.mkdir(parents=True, exist_ok=True)
 
     replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
     rows_sharding = batch_sharding(mesh)
@@ -344,6 +345,7 @@ def train(
 
     with Checkpoints(out_dir / CHECKPOINTS_DIR, config.keep_last, config.keep_every) as checkpoints:
         start = checkpoints.latest_step() or 0
+        check_steps(str(out_dir), start, config.steps)  # train.json describes the checkpoint beside it
         saved = checkpoints.meta(start) if start else {}
         if start:
             if warm_start is not None:  # what it started from is recorded; the base is not read again
@@ -357,9 +359,12 @@ def train(
                 state, meta["warm_start"] = warm_state(
                     state, warm_start, warm_start_optimizer, config.optimizer
                 )
+                meta["warm_start"] |= warm_start_notes or {}
                 if primary:
                     logger.info("warm start from step %(step)d of %(dir)s", meta["warm_start"])
             state = jax.device_put(state, shardings)
+        if primary:  # once the run is known to be this one: a refused rerun leaves the run's model file
+            write_url(str(out_dir / MODEL_FILE), json.dumps(meta["model"], indent=2))
         meta["layouts"] = [*saved.get("layouts", []), _layout(mesh, config, start)]  # earlier segments first
         started_at = _first_start(out_dir, resuming=start > 0) if primary else None
         metrics = _metrics_before(metrics_path, start)

@@ -109,6 +109,22 @@ def test_eval_errors_name_the_problem(checkpoint, tmp_path, capsys):
     assert "unknown lm-eval tasks ['no_such_task']" in capsys.readouterr().err
 
 
+def test_bpb_on_a_cache_of_another_tokenizer_is_refused_naming_both(checkpoint, tmp_path, capsys):
+    """Another tokenizer of the same vocabulary size: every id is in range, the number is meaningless."""
+    other = train_tokenizer([line[::-1] for line in TEXTS] * 2, TokenizerConfig(vocab_size=300))
+    assert other.get_vocab_size() == load_tokenizer(checkpoint / TOKENIZER_FILE).get_vocab_size()
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    docs = [str(SHIPPED_TASKS_DIR / "text.jsonl")]
+    build_cache(docs, other, cache, CacheConfig(validation_fraction=0.5), tmp_path / "work")
+    out = tmp_path / "eval.json"
+    assert main(["eval", "--checkpoint", str(checkpoint), "--bpb", str(cache), "--out", str(out)]) == 2
+    error = capsys.readouterr().err.strip()
+    assert len(error.splitlines()) == 1 and "made with another tokenizer" in error
+    assert f"{cache}/{TOKENIZER_FILE}" in error and "the checkpoint's tokenizer.json" in error
+    assert not out.exists()
+
+
 def test_named_bpb_sets_join_their_files(checkpoint, tmp_path, capsys):
     first, second = tmp_path / "a.txt", tmp_path / "b.txt"
     first.write_text("Tuples are immutable sequences.")

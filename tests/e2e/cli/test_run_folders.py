@@ -1,6 +1,7 @@
-"""A run folder made by `train` is never silently corrupted: a rerun on other data is refused before
-anything in it changes, two commands on one folder make one run, and an output that cannot be written is
-one line naming it, before any work."""
+"""A run folder made by `train` is never silently corrupted: a rerun on other data or for fewer steps is
+refused before anything in it changes, a warm start from a base on another tokenizer is refused unless it is
+meant, two commands on one folder make one run, and an output that cannot be written is one line naming it,
+before any work."""
 
 import json
 import os
@@ -34,17 +35,27 @@ def config_file(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def other_cache(token_cache, tmp_path_factory) -> Path:
-    """The token cache's documents under another tokenizer: other data to a run made from the first."""
+    """The token cache's documents under another tokenizer of the same vocabulary size: other data to a run
+    made from the first, and a model of the same shape."""
     rng = np.random.default_rng(1)
-    words = ["north", "south", "river", "stone", "lamp", "field", "cloud", "paper"]
+    words = ["north", "south", "river", "stone", "lamp", "field", "cloud", "paper", "garden", "winter"]
     texts = [" ".join(rng.choice(words, size=40)) for _ in range(200)]
-    tokenizer = train_tokenizer(texts, TokenizerConfig(vocab_size=280))
+    tokenizer = train_tokenizer(texts, TokenizerConfig(vocab_size=300))
+    assert tokenizer.get_vocab_size() == json.loads((token_cache / "cache.json").read_text())["vocab_size"]
     folder = tmp_path_factory.mktemp("other_cache")
     (folder / "cache").mkdir()
     build_cache(
         [str(token_cache.parent / "docs")], tokenizer, folder / "cache", CacheConfig(), folder / "work"
     )
     return folder / "cache"
+
+
+@pytest.fixture(scope="module")
+def finished_run(config_file, token_cache, tmp_path_factory) -> Path:
+    """A run of RUN's steps on the token cache, finished; tests that write into it use a copy."""
+    out = tmp_path_factory.mktemp("finished") / "run"
+    assert main(train_args(config_file, token_cache, out)) == 0
+    return out
 
 
 def train_args(config_file: Path, data: Path, out: Path) -> list[str]:
@@ -75,6 +86,43 @@ def test_a_rerun_on_other_data_is_refused_and_leaves_the_run_as_it_was(
 
     assert main(train_args(config_file, token_cache, out)) == 0  # the same data: resumed (here: done)
     assert json.loads(capsys.readouterr().out)["resumed_from_step"] == RUN["train"]["steps"]
+
+
+def test_fewer_steps_than_the_run_has_are_refused_and_the_record_stays_the_checkpoints(
+    config_file, token_cache, finished_run, tmp_path, capsys
+):
+    out = tmp_path / "run"
+    shutil.copytree(finished_run, out)
+    before = files(out)
+    capsys.readouterr()
+    assert main([*train_args(config_file, token_cache, out), "--steps", "3"]) == 2
+    error = capsys.readouterr().err.strip()
+    assert len(error.splitlines()) == 1 and f"{out} is a run at step 6, past the 3 steps asked" in error
+    assert "a fresh --out for a new run of 3 steps" in error
+    assert files(out) == before  # train.json still says 6 steps, their tokens and FLOPs
+
+
+def test_a_warm_start_from_another_tokenizer_is_refused_unless_it_is_meant(
+    config_file, token_cache, other_cache, finished_run, tmp_path, capsys
+):
+    out = tmp_path / "warm"
+    warm = [*train_args(config_file, other_cache, out), "--warm-start", str(finished_run), "--steps", "2"]
+    capsys.readouterr()
+    assert main(warm) == 2
+    error = capsys.readouterr().err.strip()
+    base_tokenizer, run_tokenizer = f"{finished_run}/tokenizer.json", f"{other_cache}/tokenizer.json"
+    assert len(error.splitlines()) == 1 and base_tokenizer in error and run_tokenizer in error
+    assert "--allow-other-tokenizer" in error
+    assert not any(out.iterdir())  # nothing recorded: the corrected command starts afresh
+
+    assert main([*warm, "--allow-other-tokenizer"]) == 0
+    record = json.loads((out / "train.json").read_text())["summary"]["warm_start"]
+    assert record["other_tokenizer"]["base"]["from"] == base_tokenizer
+    assert record["other_tokenizer"]["run"]["from"] == run_tokenizer
+    assert record["other_tokenizer"]["base"]["identity"] != record["other_tokenizer"]["run"]["identity"]
+    capsys.readouterr()
+    assert main([*train_args(config_file, token_cache, tmp_path / "x"), "--allow-other-tokenizer"]) == 2
+    assert "--allow-other-tokenizer is for a --warm-start run" in capsys.readouterr().err
 
 
 def test_two_commands_on_one_folder_make_one_run(config_file, token_cache, tmp_path):

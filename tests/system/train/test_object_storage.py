@@ -77,6 +77,8 @@ def test_a_run_killed_on_a_bucket_resumes_there_bit_identically(token_cache, gcs
     exported = json.loads(capsys.readouterr().out)
     assert exported == json.loads(UPath(gcs_root, "hf", "config.json").read_text())
     assert UPath(gcs_root, "hf", "model.safetensors").stat().st_size > 0
+    assert main(["export-hf", remote, "--out", f"{gcs_root}/hf/"]) == 0  # its own earlier export: replaced
+    capsys.readouterr()
     assert losses(UPath(remote)) == losses(UPath(local))
     assert UPath(remote, "tokenizer.json").read_bytes() == (token_cache / "tokenizer.json").read_bytes()
     assert UPath(remote, "loss_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -134,16 +134,20 @@ def test_interrupted_run_resumes_bit_identically(run, tmp_path):
     assert [m["loss"] for m in read_metrics(tmp_path)] == [m["loss"] for m in read_metrics(run[0])]
 
 
-def test_resume_refuses_a_different_config(run, tmp_path):
-    train(
-        MODEL,
-        TRAIN.model_copy(update={"steps": 10, "warmup_steps": 2}),
-        repeating_batches,
-        tmp_path,
-        progress=False,
-    )
+def test_resume_refuses_a_different_config_or_fewer_steps(run, tmp_path):
+    ten = TRAIN.model_copy(update={"steps": 10, "warmup_steps": 2})
+    train(MODEL, ten, repeating_batches, tmp_path, progress=False)
     with pytest.raises(ValueError, match="another train config .*warmup_steps"):
         train(MODEL, TRAIN, repeating_batches, tmp_path, progress=False)
+    model_file = (tmp_path / "model.json").read_text()
+    with pytest.raises(ValueError, match="another model config .*n_layers"):
+        train(MODEL.model_copy(update={"n_layers": 3}), ten, repeating_batches, tmp_path, progress=False)
+    assert (tmp_path / "model.json").read_text() == model_file  # what loads the checkpoint reads it
+    # fewer steps than the checkpoint's: refused, and train.json still describes the checkpoint of step 10
+    record = (tmp_path / "train.json").read_text()
+    with pytest.raises(ValueError, match="at step 10, past the 6 steps asked"):
+        train(MODEL, ten.model_copy(update={"steps": 6}), repeating_batches, tmp_path, progress=False)
+    assert (tmp_path / "train.json").read_text() == record
 
 
 def test_trained_checkpoint_loads_and_predicts_the_pattern(run):

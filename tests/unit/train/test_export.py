@@ -1,6 +1,8 @@
 """Hugging Face export, checked by an independent numpy forward pass over the exported tensors."""
 
 import json
+import os
+import shutil
 
 import numpy as np
 import pytest
@@ -69,6 +71,18 @@ def hf_forward(w: dict, c: dict, tokens: np.ndarray) -> np.ndarray:
     return x @ head.T
 
 
+def short_run(out):
+    """A run of two steps in ``out``."""
+    train(
+        MODEL,
+        TRAIN.model_copy(update={"steps": 2, "warmup_steps": 1}),
+        repeating_batches,
+        out,
+        progress=False,
+    )
+    return out
+
+
 @pytest.mark.parametrize(("tie", "qk_norm"), [(False, False), (True, True)])
 def test_exported_logits_match_our_model(tie, qk_norm, tmp_path):
     model = MODEL.model_copy(update={"tie_embeddings": tie, "qk_norm": qk_norm})
@@ -103,14 +117,7 @@ def test_a_chat_model_exports_its_template_for_transformers(tmp_path, capsys):
     from marin_pipelines.tokenize.chat_data import DEFAULT_TEMPLATE, ChatTemplate
     from marin_pipelines.tokenize.tokenizer import TokenizerConfig, train_tokenizer
 
-    run = tmp_path / "run"
-    train(
-        MODEL,
-        TRAIN.model_copy(update={"steps": 2, "warmup_steps": 1}),
-        repeating_batches,
-        run,
-        progress=False,
-    )
+    run = short_run(tmp_path / "run")
     tokenizer = train_tokenizer(["a chat model answers questions"] * 20, TokenizerConfig(vocab_size=300))
     tokenizer.save(str(run / "tokenizer.json"))
     export_hf(run, tmp_path / "base")
@@ -140,3 +147,41 @@ def test_a_chat_model_exports_its_template_for_transformers(tmp_path, capsys):
         json.loads((tmp_path / "hf2" / "tokenizer_config.json").read_text())["chat_template"]
         == terse.read_text()
     )
+
+
+def test_export_hf_writes_only_into_its_own_folder_readable_as_any_output(tmp_path, capsys):
+    """A folder of the user's is refused untouched; an earlier export of the same run is replaced; an export
+    of another run is refused; every file gets the mode a new file gets (here: readable by all)."""
+    from marin_pipelines.cli import main
+
+    run = short_run(tmp_path / "run")
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "config.json").write_text('{"the user\'s": true}')
+    assert main(["export-hf", str(run), "--out", str(mine)]) == 2
+    error = capsys.readouterr().err
+    assert (
+        f"--out {mine} already holds files (config.json)" in error and "give a new or empty folder" in error
+    )
+    assert [p.name for p in mine.iterdir()] == ["config.json"]
+    assert (mine / "config.json").read_text() == '{"the user\'s": true}'
+
+    hf = tmp_path / "hf"
+    umask = os.umask(0o022)
+    try:
+        assert main(["export-hf", str(run), "--out", str(hf)]) == 0
+    finally:
+        os.umask(umask)
+    assert {f"{p.name} {p.stat().st_mode & 0o777:o}" for p in hf.iterdir()} == {
+        f"{name} 644"
+        for name in ("config.json", "model.safetensors", "export.json")  # no tokenizer in this run
+    }
+    (hf / "README.md").write_text("my notes")  # an export the user added to is still the run's export
+    assert main(["export-hf", str(run), "--out", str(hf)]) == 0
+    assert (hf / "README.md").read_text() == "my notes"
+
+    other = tmp_path / "other"
+    shutil.copytree(run, other)
+    capsys.readouterr()
+    assert main(["export-hf", str(other), "--out", str(hf)]) == 2
+    assert f"--out {hf} holds an export of {run}, not of {other}" in capsys.readouterr().err
