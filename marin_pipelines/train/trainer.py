@@ -254,6 +254,15 @@ def _first_start(out_dir: UPath, resuming: bool) -> str | None:
     return started
 
 
+def _finished_summary(out_dir: UPath, steps: int) -> dict[str, Any] | None:
+    """The summary a finished run recorded for its last checkpoint, if it got to record it."""
+    path = out_dir / TRAIN_FILE
+    if not path.exists():
+        return None
+    summary = json.loads(path.read_text())["summary"]
+    return summary if summary["steps"] == steps else None
+
+
 def _write_metrics(path: UPath, metrics: list[dict[str, Any]]) -> None:
     write_url(str(path), "".join(json.dumps(m) + "\n" for m in metrics))
 
@@ -351,6 +360,8 @@ def train(
             if warm_start is not None:  # what it started from is recorded; the base is not read again
                 meta["warm_start"] = saved.get("warm_start", {"dir": str(warm_start)})
             _check_resumable(saved, meta, out_dir)
+            if start == config.steps and (recorded := _finished_summary(out_dir, start)) is not None:
+                return recorded  # a rerun would add an empty segment and time no step
             state = checkpoints.restore(start, state, shardings)
             if primary:
                 logger.info("resuming from the checkpoint of step %d in %s", start, out_dir)

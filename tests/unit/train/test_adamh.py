@@ -118,3 +118,12 @@ def test_optimizer_is_a_known_one():
     assert TrainConfig(optimizer="adamh", weight_decay=0.1).optimizer == "adamh"  # decay is ignored, no error
     with pytest.raises(ValidationError, match="optimizer"):
         TrainConfig(optimizer="sgd")
+
+
+def test_adam_learning_rate_is_versioned_where_it_applies_and_survives_a_round_trip():
+    """Left out of an AdamW run's dump at its default (so adding it left those versions as they were), in
+    AdamH's; a value set on a base config survives a recipe re-validating it as AdamH."""
+    assert "adam_learning_rate" not in TrainConfig().model_dump()
+    assert TrainConfig(optimizer="adamh").model_dump()["adam_learning_rate"] == 6e-4
+    base = TrainConfig(adam_learning_rate=1e-2)
+    assert TrainConfig(**{**base.model_dump(), "optimizer": "adamh"}).adam_learning_rate == 1e-2

@@ -108,6 +108,15 @@ def test_training_learns_and_writes_a_checkpoint(run):
     assert sorted(int(p.name) for p in (out_dir / "checkpoints").iterdir()) == [30, 40]
 
 
+def test_rerunning_a_finished_run_leaves_its_record_as_it_was(run):
+    """Nothing is left to train: the run's summary stands (a rerun used to add an empty layout segment and
+    record the throughput of no step)."""
+    out_dir, summary = run
+    before = (out_dir / "train.json").read_bytes()
+    assert train(MODEL, TRAIN, repeating_batches, out_dir, progress=False) == summary
+    assert (out_dir / "train.json").read_bytes() == before and len(summary["layouts"]) == 1
+
+
 def test_keep_every_makes_permanent_checkpoints(tmp_path):
     config = TRAIN.model_copy(update={"steps": 12, "checkpoint_every": 2, "keep_last": 1, "keep_every": 4})
     train(MODEL, config, repeating_batches, tmp_path, progress=False)
