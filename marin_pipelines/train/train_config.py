@@ -114,9 +114,9 @@ class TrainConfig(BaseModel):
 
     @model_serializer(mode="wrap")
     def _unused_default_left_out(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        """``adam_learning_rate`` is left out of the dump where it is unused (not adamh) and at its default, so
-        that adding it left the version of every other run (steps.versioned_config hashes this dump) as it
-        was; the dump still validates back to the same config."""
+        """``adam_learning_rate`` is left out of the dump where it is unused (not adamh) and at its default,
+        so that adding it left the version of every other run (steps.versioned_config hashes this dump) as
+        it was; the dump still validates back to the same config."""
         dumped = handler(self)
         default = type(self).model_fields["adam_learning_rate"].default
         if self.optimizer != "adamh" and self.adam_learning_rate == default:
