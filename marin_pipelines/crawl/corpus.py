@@ -28,7 +28,7 @@ import zstandard
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from marin_pipelines.crawl.snapshots import SNAPSHOT_KEY, SNAPSHOT_RULE
-from marin_pipelines.documents import Decision, Document, Funnel, write_stage
+from marin_pipelines.documents import MISSING_FIELD, Decision, Document, Funnel, write_stage
 from marin_pipelines.engine import Engine, LocalEngine, Progress, finish_units, map_units
 from marin_pipelines.tokenize.text_sources import (
     Record,
@@ -46,8 +46,7 @@ SUFFIXES = (".parquet", ".jsonl", ".jsonl.gz", ".json.gz", ".jsonl.zst", ".json.
 TABLES = ("parquet", "arrow")  # chunk kinds read as columns; the others are JSON lines
 HF_DATASET = "state.json"  # what save_to_disk writes beside a Dataset's Arrow files
 HF_DATASET_DICT = "dataset_dict.json"  # ... and beside a DatasetDict's split folders
-# why a row is not a document
-MISSING_FIELD = "missing_field"  # no text field, or a null one
+# why a row is not a document (and MISSING_FIELD: no text field, or a null one)
 NOT_TEXT = "not_text"  # the text field is not a string
 EMPTY = "empty"  # nothing but whitespace
 TOO_LARGE = "too_large"  # more than max_chars characters
