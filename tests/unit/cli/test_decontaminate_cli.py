@@ -1,5 +1,5 @@
 """`decontaminate` and `corpus` on input they cannot use: one error line naming the file and column, and
-nothing left behind, so the corrected command runs into the same --out; null texts counted, not a traceback."""
+nothing left behind, so the corrected command runs into the same --out; null texts counted, no traceback."""
 
 import json
 
@@ -35,7 +35,11 @@ def test_a_shard_without_text_is_refused_before_out_is_made(tmp_path, capsys):
     right = documents(tmp_path / "right", [{"id": "a", "text": f"Intro. {ITEM}."}, {"id": "b", "text": None}])
     assert main([*argv, "--input", str(right)]) == 0  # the corrected command, into the same --out
     printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert printed["funnel"] == {"docs_in": 2, "docs_out": 0, "removed": {"contaminated": 1, "missing_field": 1}}
+    assert printed["funnel"] == {
+        "docs_in": 2,
+        "docs_out": 0,
+        "removed": {"contaminated": 1, "missing_field": 1},
+    }
     assert leftovers(tmp_path, "out") == ["out"]
 
 

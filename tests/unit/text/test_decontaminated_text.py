@@ -159,7 +159,10 @@ def test_a_question_without_its_answer_is_found_by_its_prompt_alone(suite):
     that reach into the answer count, so neither the question alone nor a long prompt's own n-grams do."""
     item = next(i for i in suite if i.suite == "marin_python_mc" and i.text.endswith("Answer: append"))
     assert item.prompt == "Question: Which method adds one item to the end of a list?\nAnswer:"
-    cut = {"id": "cut", "text": "Notes on lists.\n\nQuestion: Which method adds one item to the end of a list?"}
+    cut = {
+        "id": "cut",
+        "text": "Notes on lists.\n\nQuestion: Which method adds one item to the end of a list?",
+    }
     on = NgramIndex(suite, DecontaminationConfig())
     [(doc, reason)] = decontaminate([cut], on)
     assert reason == CONTAMINATED and doc["matched_items"] == [f"marin_python_mc/{item.item}"]
