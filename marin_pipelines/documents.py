@@ -26,6 +26,7 @@ Document = dict[str, Any]
 Decision = tuple[Document, str | None]
 KEPT_PREFIX = "documents"
 REMOVED_PREFIX = "removed"
+MISSING_FIELD = "missing_field"  # a row without its text, or with a null one: no document, counted
 SHARD_SIZE = 10_000
 
 
@@ -148,6 +149,22 @@ def list_shards(source: str | os.PathLike[str], prefix: str = KEPT_PREFIX) -> li
     fs, root = fsspec.core.url_to_fs(str(source))
     names = sorted(name.rsplit("/", 1)[-1] for name in fs.glob(f"{root.rstrip('/')}/{prefix}-*.parquet"))
     return [f"{str(source).rstrip('/')}/{name}" for name in names]
+
+
+def check_text_column(shards: Sequence[str]) -> None:
+    """Each shard has the ``text`` column every document stage reads, of strings (nulls are documents without
+    text, which stages count): parquet files of another kind are an error naming the file and its columns,
+    read from the files' footers before any work starts."""
+    for url in shards:
+        fs, path = fsspec.core.url_to_fs(url)
+        with fs.open(path, "rb") as f:
+            schema = pq.read_schema(f)
+        if "text" not in schema.names:
+            columns = ", ".join(schema.names) or "none"
+            raise ValueError(f"{url}: no 'text' column (its columns: {columns}); not a document shard")
+        kind = schema.field("text").type
+        if not (pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_null(kind)):
+            raise ValueError(f"{url}: its 'text' column holds {kind}, not text")
 
 
 def read_shard(url: str, columns: list[str] | None = None) -> list[Document]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING
 
-from marin_pipelines.documents import Funnel
+from marin_pipelines.documents import REMOVED_PREFIX, Funnel, list_shards, read_shard
 from marin_pipelines.experiment import Experiment
 from marin_pipelines.steps import Step
 from marin_pipelines.store import Artifact, ArtifactStore
@@ -35,6 +35,7 @@ def experiment_summary(experiment: Experiment, store_root: str, run: ExperimentR
     lines = [f"== {experiment.name}: {total} assets materialised in {seconds:.1f} s ({work})"]
     lines.append(f"   outputs under {store.root}")
     lines += _funnels(experiment, get)
+    lines += planted_items(experiment, get)
     for cache in of("tokenized_cache"):
         meta = get(cache).metadata
         lines.append(
@@ -90,6 +91,56 @@ def _funnels(experiment: Experiment, get) -> list[str]:
         reasons = ", ".join(f"{family} {n}" for family, n in by_family.most_common())
         lines.append(f"  {step.name:<34} {funnel.docs_in:>6} -> {funnel.docs_out:>6}   {reasons or '-'}")
     return lines
+
+
+def planted_items(experiment: Experiment, get) -> list[str]:
+    """What became of the evaluation items a ``dataset_dumps`` step planted, so that what was planted
+    reconciles with what was found: each document holding one is followed through the document steps
+    downstream of the dump, and its item was found (a decontamination step matched it), or the document was
+    removed by another step first (a filter, dedup: the item never reached the decontamination), or kept."""
+    lines: list[str] = []
+    for dumps in (s for s in experiment.all_steps if s.stage.name == "dataset_dumps"):
+        planted = get(dumps).metadata.get("planted") or []
+        if not planted:
+            continue
+        first = _first_removals(experiment, dumps, {row["id"] for row in planted}, get)
+        outcomes: Counter[str] = Counter()
+        detail = []
+        for row in planted:
+            step, reason, items = first.get(row["id"], ("", "", []))
+            if row.get("item") in items:
+                outcome, kind = f"found by {step}", "found"
+            else:
+                outcome = kind = f"removed by {step} ({reason})" if step else "kept: not found"
+            outcomes[kind] += 1
+            detail.append(f"  {row.get('item')} (planted in {row['id']}): {outcome}")
+        found = outcomes.pop("found", 0)
+        rest = "".join(f"; {kind}: {n}" for kind, n in sorted(outcomes.items()))
+        lines += [f"planted by {dumps.name}: {len(planted)}; found {found}{rest}", *detail]
+    return lines
+
+
+def _first_removals(
+    experiment: Experiment, dumps: Step, ids: set[str], get
+) -> dict[str, tuple[str, str, list[str]]]:
+    """For each planted document: the first step downstream of ``dumps`` that removed it (a decontamination
+    step with action mark: that marked it), why, and the items a decontamination step matched in it."""
+    first: dict[str, tuple[str, str, list[str]]] = {}
+    for step in experiment.all_steps:
+        if not step.stage.documents or not any(up is dumps for up in step.upstream()[:-1]):
+            continue
+        decontamination = getattr(step.config, "decontamination", None)
+        for partition in step.snapshots if step.partitioning == "snapshot" else [None]:
+            url = get(step, partition).url
+            rows = [row for shard in list_shards(url, REMOVED_PREFIX) for row in read_shard(shard)]
+            if decontamination is not None and decontamination.action == "mark":
+                columns = ["id", "matched_items"]
+                marked = (row for shard in list_shards(url) for row in read_shard(shard, columns))
+                rows += [{**row, "reason": "marked"} for row in marked if row["matched_items"]]
+            for row in rows:
+                if row["id"] in ids:
+                    first.setdefault(row["id"], (step.name, row["reason"], row.get("matched_items") or []))
+    return first
 
 
 def forecast_order(result: dict) -> str:

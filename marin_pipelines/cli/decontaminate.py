@@ -3,8 +3,10 @@
 document step's output, or ``corpus``'s); ``--against`` takes lm-eval task names or YAMLs and files (``.txt``
 one item a line, ``.jsonl`` with a ``text`` field or chat ``messages``). ``--out``, a new folder, receives the
 kept ``documents-*.parquet`` and the ``removed-*.parquet`` (with the sets and items each matched); a killed
-run, started again with the same flags and inputs, finishes where it stopped. The last line printed is one
-JSON object: the funnel and, per evaluation set, the documents matched and the items found in the data.
+run, started again with the same flags and inputs, finishes where it stopped. Flags, items and the input
+shards' ``text`` column are checked before ``--out`` is made; a document whose text is null is removed as
+``missing_field`` and counted. The last line printed is one JSON object: the funnel and, per evaluation set,
+the documents matched and the items found in the data.
 """
 
 from __future__ import annotations
@@ -36,12 +38,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=0.0,
         help="share of an item's n-grams to hold (default 0: any one)",
     )
+    parser.add_argument(
+        "--match-prompt-alone",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="a question-answer item's prompt matches on its own (default); --no-match-prompt-alone: only "
+        "n-grams that reach into the answer",
+    )
     add_engine_arguments(parser)
     parser.set_defaults(run=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
-    from marin_pipelines.documents import REMOVED_PREFIX, list_shards, read_shard, run_stage
+    from marin_pipelines.documents import (
+        REMOVED_PREFIX,
+        check_text_column,
+        list_shards,
+        read_shard,
+        run_stage,
+    )
     from marin_pipelines.evals.evaluation_items import evaluation_items
     from marin_pipelines.text.decontaminated_text import (
         DecontaminationConfig,
@@ -54,7 +69,13 @@ def _run(args: argparse.Namespace) -> int:
     shards = find_files([args.input], (".parquet",))
     if not list_shards(args.input):
         raise FileNotFoundError(f"--input {args.input}: no documents-*.parquet there")
-    config = DecontaminationConfig(n=args.n, min_words=args.min_words, min_overlap=args.min_overlap)
+    check_text_column(list_shards(args.input))  # every flag and input checked before --out is made
+    config = DecontaminationConfig(
+        n=args.n,
+        min_words=args.min_words,
+        min_overlap=args.min_overlap,
+        match_prompt_alone=args.match_prompt_alone,
+    )
     items = evaluation_items(args.against)
     index = NgramIndex(items, config)
     print(f"{len(index.items)} evaluation items from {len(index.suites)} sets", file=sys.stderr)

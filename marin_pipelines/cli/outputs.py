@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
 import sys
 import uuid
 from collections.abc import Iterator
@@ -121,7 +122,9 @@ def held(url: str, command: str) -> Iterator[None]:
 def new_folder(out: str, command: str, key: Any) -> Iterator[str]:
     """Build the new folder ``out`` through a work folder beside it named by ``key`` (the command's config
     and the identity of its inputs): a killed run, started again with the same flags and inputs, resumes
-    there, and other flags or inputs never reuse it; ``out`` appears whole, by a rename, or not at all."""
+    there, and other flags or inputs never reuse it; ``out`` appears whole, by a rename, or not at all. A
+    run refused for its input (a ValueError: a field mapping that matches nothing, a damaged file) leaves no
+    work folder behind: run again with the same flags and inputs it would be refused again."""
     from marin_pipelines.store import version_hash
 
     if "://" in out:
@@ -135,6 +138,10 @@ def new_folder(out: str, command: str, key: Any) -> Iterator[str]:
         if path.exists():
             raise OutputError(f"--out {out} was made meanwhile by another command; give a new folder")
         with naming(out):
-            yield str(work)
+            try:
+                yield str(work)
+            except ValueError:  # bad input or flags: the same ones fail again, so there is nothing to resume
+                shutil.rmtree(work, ignore_errors=True)
+                raise
             work.mkdir(exist_ok=True)  # nothing written (no document): still a folder
             os.replace(work, path)

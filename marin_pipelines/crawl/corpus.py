@@ -13,6 +13,7 @@ Only a field mapping that matches nothing (no row has the text field, a kept fie
 from __future__ import annotations
 
 import json
+import os
 import re
 import zlib
 from collections.abc import Iterator
@@ -28,7 +29,7 @@ import zstandard
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from marin_pipelines.crawl.snapshots import SNAPSHOT_KEY, SNAPSHOT_RULE
-from marin_pipelines.documents import Decision, Document, Funnel, write_stage
+from marin_pipelines.documents import MISSING_FIELD, Decision, Document, Funnel, write_stage
 from marin_pipelines.engine import Engine, LocalEngine, Progress, finish_units, map_units
 from marin_pipelines.tokenize.text_sources import (
     Record,
@@ -46,8 +47,7 @@ SUFFIXES = (".parquet", ".jsonl", ".jsonl.gz", ".json.gz", ".jsonl.zst", ".json.
 TABLES = ("parquet", "arrow")  # chunk kinds read as columns; the others are JSON lines
 HF_DATASET = "state.json"  # what save_to_disk writes beside a Dataset's Arrow files
 HF_DATASET_DICT = "dataset_dict.json"  # ... and beside a DatasetDict's split folders
-# why a row is not a document
-MISSING_FIELD = "missing_field"  # no text field, or a null one
+# why a row is not a document (and MISSING_FIELD: no text field, or a null one)
 NOT_TEXT = "not_text"  # the text field is not a string
 EMPTY = "empty"  # nothing but whitespace
 TOO_LARGE = "too_large"  # more than max_chars characters
@@ -137,7 +137,10 @@ def corpus_identity(config: CorpusConfig) -> Any:
         files = corpus_files(config)
     except (FileNotFoundError, ValueError) as e:
         return {"missing": str(e)}  # the step raises the clear error when it runs
-    return [[url, info.get("size"), _change_token(info)] for url, info in files.items()]
+    identity = [[url, info.get("size"), _change_token(info)] for url, info in files.items()]
+    if config.sample < 1:  # a sample's rows were keyed by the file's base name before: a new version
+        return {"files": identity, "sampled_by": "path below the files' common folder"}
+    return identity
 
 
 def _change_token(info: dict[str, Any]) -> Any:
@@ -180,8 +183,9 @@ def write_corpus(
     files = corpus_files(config)
     chunks = [chunk for url in files for chunk in file_chunks(url, kind_of(url, SUFFIXES))]
     engine = engine or LocalEngine(1)
+    root = common_folder(list(files))
     if config.limit is None:
-        results = map_units(engine, partial(_write_unit, config, None), chunks, work, progress)
+        results = map_units(engine, partial(_write_unit, config, root, None), chunks, work, progress)
     else:
         results = []
         for unit in range(len(chunks)):
@@ -189,7 +193,7 @@ def write_corpus(
             if left <= 0:
                 break
             results = map_units(
-                engine, partial(_write_unit, config, left), chunks[: unit + 1], work, progress
+                engine, partial(_write_unit, config, root, left), chunks[: unit + 1], work, progress
             )
     finish_units(work)
     funnel = sum((Funnel.from_dict(result["funnel"]) for result in results), Funnel())
@@ -209,6 +213,13 @@ def write_corpus(
     )
     _check_mapping(config, outcome, sum(result["with_text"] for result in results))
     return outcome
+
+
+def common_folder(urls: list[str]) -> str:
+    """The deepest folder that holds every file, with its "/": a file's path below it keys its rows in a
+    sample, so that same-named files in different folders (a DatasetDict's splits) are sampled apart, and a
+    corpus copied elsewhere whole samples the same rows."""
+    return "".join(f"{part}/" for part in os.path.commonprefix([url.split("/")[:-1] for url in urls]))
 
 
 def _check_mapping(config: CorpusConfig, outcome: CorpusResult, with_text: int) -> None:
@@ -233,9 +244,11 @@ class _UnitStats:
     with_text: int = 0
 
 
-def _write_unit(config: CorpusConfig, cap: int | None, unit: int, chunk: TextChunk, directory: Path) -> dict:
+def _write_unit(
+    config: CorpusConfig, root: str, cap: int | None, unit: int, chunk: TextChunk, directory: Path
+) -> dict:
     stats = _UnitStats()
-    funnel = write_stage(chunk_documents(chunk, config, cap, stats), directory, unit=unit)
+    funnel = write_stage(chunk_documents(chunk, config, root, cap, stats), directory, unit=unit)
     return {
         "funnel": funnel.as_dict(),
         "fields": sorted(stats.fields),
@@ -246,12 +259,17 @@ def _write_unit(config: CorpusConfig, cap: int | None, unit: int, chunk: TextChu
 
 
 def chunk_documents(
-    chunk: TextChunk, config: CorpusConfig, cap: int | None = None, stats: _UnitStats | None = None
+    chunk: TextChunk,
+    config: CorpusConfig,
+    root: str = "",
+    cap: int | None = None,
+    stats: _UnitStats | None = None,
 ) -> Iterator[Decision]:
-    """``(document, reason)`` for each row of the chunk in the sample, at most ``cap`` of them."""
+    """``(document, reason)`` for each row of the chunk in the sample (rows keyed by the file's path below
+    ``root``, ``common_folder``'s), at most ``cap`` of them."""
     stats = stats if stats is not None else _UnitStats()
     columns = list(dict.fromkeys([config.text_field, config.id_field, *config.keep_fields]))
-    name = chunk.url.rsplit("/", 1)[-1]
+    name = chunk.url.removeprefix(root)
     before: list[int] = []  # rows of the file before the chunk, counted when a place is first named
     taken = 0
     for record in _records(chunk, columns, stats.fields):
@@ -285,7 +303,8 @@ def _records(chunk: TextChunk, columns: list[str], seen: set[str]) -> Iterator[R
 
 
 def _sampled(config: CorpusConfig, name: str, part: int, row: int) -> bool:
-    """A row is in the sample by a seeded hash of its place: the same rows on any engine, on every run."""
+    """A row is in the sample by a seeded hash of its place (``name``: its file's path below the files'
+    common folder): the same rows on any engine, on every run."""
     return xxhash.xxh64_intdigest(f"{name}\0{part}\0{row}".encode(), seed=config.seed) < config.sample * 2**64
 
 

@@ -6,8 +6,9 @@ from "a dataset somebody already made" without downloading one.
 - ``package_docs/part-00000.jsonl.gz``: installed distributions' documentation (their README from the
   METADATA, and .md / .rst / .txt files) as gzipped JSON lines (``id``, ``body``, ``package``).
 
-``planted`` texts (evaluation items, say) are appended to the first package documents, one each, so that a
-decontamination step downstream has something real to find; the rows they went into are returned.
+``planted`` texts (evaluation items, by name) are appended to the first package documents, one each, so that
+a decontamination step downstream has something real to find; the rows they went into are returned, with
+each item's name, so that what was planted can be reconciled with what was found.
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ def package_doc_rows(distributions: list[str]) -> list[dict[str, str]]:
 
 
 def write_dumps(
-    modules: list[str], distributions: list[str], planted: list[str], out: Path
+    modules: list[str], distributions: list[str], planted: dict[str, str], out: Path
 ) -> dict[str, Any]:
     """Both dumps into ``out``; the rows and bytes of each and where each planted text went."""
     docstrings, docs = docstring_rows(modules), package_doc_rows(distributions)
@@ -65,7 +66,7 @@ def write_dumps(
         raise ValueError(
             f"{len(planted)} texts to plant but only {len(docs)} package documents to plant them in"
         )
-    for row, text in zip(docs, planted, strict=False):
+    for row, text in zip(docs, planted.values(), strict=False):
         row["body"] += f"\n\n{text}\n"
     (out / DOCSTRINGS).mkdir(parents=True)
     pq.write_table(pa.Table.from_pylist(docstrings), out / DOCSTRINGS / "part-00000.parquet")
@@ -75,5 +76,8 @@ def write_dumps(
     return {
         DOCSTRINGS: {"rows": len(docstrings), "chars": sum(len(r["content"]) for r in docstrings)},
         PACKAGE_DOCS: {"rows": len(docs), "chars": sum(len(r["body"]) for r in docs)},
-        "planted": [{"id": row["id"], "text": text} for row, text in zip(docs, planted, strict=False)],
+        "planted": [
+            {"id": row["id"], "item": item, "text": text}
+            for row, (item, text) in zip(docs, planted.items(), strict=False)
+        ],
     }

@@ -1,9 +1,10 @@
 """Evaluation items: the text that training data is decontaminated against (``text/decontaminated_text``).
 
 - lm-eval tasks by name (the shipped suite, a folder of task YAMLs, lm-eval's own registry when the data is
-  local): each test (else validation) document's prompt and its correct answer, as lm-eval builds them.
+  local): each test (else validation) document's prompt and its correct answer, as lm-eval builds them; the
+  prompt is kept apart too, so that it can be matched on its own (``match_prompt_alone``).
 - Files: ``.txt`` (one item a line), ``.jsonl`` (a ``text`` field, or chat ``messages`` whose contents are
-  joined), local or any fsspec URL.
+  joined; the turns before a closing assistant turn are its prompt), local or any fsspec URL.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ def task_items(
             raise ValueError(f"unknown lm-eval tasks {unknown}")
         for name, task in _leaves(get_task_dict(list(tasks), manager)):
             for number, doc in enumerate(task.eval_docs):
-                yield EvalItem(name, str(number), _item_text(task, doc))
+                yield EvalItem(name, str(number), *_item_text(task, doc))
 
 
 def _leaves(tasks: dict[Any, Any]) -> Iterator[tuple[str, Any]]:
@@ -52,8 +53,8 @@ def _leaves(tasks: dict[Any, Any]) -> Iterator[tuple[str, Any]]:
             yield getattr(key, "group_name", key) if not isinstance(key, str) else key, value
 
 
-def _item_text(task: Any, doc: dict[str, Any]) -> str:
-    """The prompt and the correct answer, as the model would see them solved."""
+def _item_text(task: Any, doc: dict[str, Any]) -> tuple[str, str]:
+    """The prompt and the correct answer, as the model would see them solved, and the prompt alone."""
     prompt = task.doc_to_text(doc)
     target = task.doc_to_target(doc)
     if task.OUTPUT_TYPE == "multiple_choice":
@@ -61,7 +62,7 @@ def _item_text(task: Any, doc: dict[str, Any]) -> str:
         target = choices[target] if isinstance(target, int) else target
     if isinstance(target, list):
         target = target[0] if target else ""
-    return f"{prompt} {target}".strip()
+    return f"{prompt} {target}".strip(), str(prompt).strip()
 
 
 def file_items(paths: Sequence[str | os.PathLike[str]]) -> Iterator[EvalItem]:
@@ -84,7 +85,9 @@ def _jsonl_items(path: str, suite: str) -> Iterator[EvalItem]:
     if isinstance(head := _record(first or "{}", path, 1), dict) and "messages" in head:
         conversations = read_conversations([path], ChatStats())
         for n, messages in enumerate(conversations, 1):
-            yield EvalItem(suite, str(n), "\n".join(m["content"] for m in messages))
+            answered = len(messages) > 1 and messages[-1]["role"] == "assistant"
+            prompt = "\n".join(m["content"] for m in messages[:-1]) if answered else ""
+            yield EvalItem(suite, str(n), "\n".join(m["content"] for m in messages), prompt)
         return
     with fsspec.open(path, "rt", encoding="utf-8") as f:
         for n, line in enumerate(f, 1):

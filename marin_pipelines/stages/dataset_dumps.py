@@ -37,18 +37,19 @@ def installed_text(config: DumpsConfig) -> dict[str, Any]:
     return installed_versions(PackageTextConfig(distributions=tuple(config.distributions)))
 
 
-@stage(DumpsConfig, kinds=("parquet", "json"), fingerprint=installed_text)
+# revision 2: the planted items are named in the metadata
+@stage(DumpsConfig, revision=2, kinds=("parquet", "json"), fingerprint=installed_text)
 def dataset_dumps(ctx: StepContext, out: PendingArtifact, config: DumpsConfig) -> None:
     """The standard library's docstrings as parquet and installed packages' documentation as gzipped JSON
     lines, each with field names of its own, with a few evaluation items planted into the documentation."""
     items = evaluation_items(config.plant_tasks) if config.plant_tasks else []
-    planted = [
-        item.text
+    planted = {
+        f"{item.suite}/{item.item}": item.text
         for task in config.plant_tasks
         for item in [i for i in items if i.suite == task and len(i.text.split()) >= 13][
             : config.plant_per_task
         ]
-    ]
+    }
     try:
         out.metadata.update(write_dumps(config.modules, config.distributions, planted, out.path))
     except (ModuleNotFoundError, ValueError) as e:

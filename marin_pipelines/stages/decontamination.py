@@ -46,14 +46,21 @@ def against_content(config: DecontaminateConfig) -> Any:
     return heldout_fingerprint({"files": files, **({"tasks": [str(SHIPPED_TASKS_DIR)]} if named else {})})
 
 
-@stage(DecontaminateConfig, kinds=("parquet",), checks=FUNNEL, needs=("engine",), fingerprint=against_content)
+@stage(
+    DecontaminateConfig,
+    revision=2,  # 2: Unicode normalised on both sides; a question-answer item's prompt matched on its own
+    kinds=("parquet",),
+    checks=FUNNEL,
+    needs=("engine",),
+    fingerprint=against_content,
+)
 def decontaminated_text(
     ctx: StepContext, out: PendingArtifact, config: DecontaminateConfig, text: Artifact | Snapshots
 ) -> None:
-    """The documents of ``text`` less those sharing a 13-gram (or a whole short item) with an evaluation
-    item: the lm-eval tasks, held-out and chat sets the experiment evaluates on. Removed documents keep the
-    sets and items they matched; the metadata counts them per set, and which items of each set are in the
-    training data."""
+    """The documents of ``text`` less those sharing a 13-gram (or a whole short item, or a question-answer
+    item's prompt on its own) with an evaluation item: the lm-eval tasks, held-out and chat sets the
+    experiment evaluates on. Removed documents keep the sets and items they matched; the metadata counts them
+    per set, and which items of each set are in the training data."""
     try:
         index = NgramIndex(evaluation_items(config.against), config.decontamination)
     except (ValueError, FileNotFoundError) as e:

@@ -1,59 +1,85 @@
 """Decontamination: documents that share a long n-gram with an evaluation item are removed (or marked).
 
 A benchmark whose items are in the training data scores memory, not skill, and every forecast through that
-score inherits the error. As GPT-3 and Marin do it: text is lowercased and cut into words (letters and
-digits; punctuation and spacing ignored), and a document overlaps an item when they share an n-gram of 13
-words. An item shorter than 13 words is matched whole (its own length is its n), down to ``min_words``;
-shorter items match too much ordinary text and are left out and counted.
+score inherits the error. The procedure here is our own, close to datatrove's n-gram decontamination: both
+sides are normalised (``normalise``: case folded, Unicode compatibility forms folded as NFKC does, so that
+full-width digits and letters and ligatures read as their plain forms, and accents dropped, so that a
+precomposed letter and a letter with a combining accent read alike) and cut into words (letters and digits;
+punctuation and spacing ignored), and a document overlaps an item when they share an n-gram of 13 words. An
+item shorter than 13 words is matched whole (its own length is its n), down to ``min_words``; shorter items
+match too much ordinary text and are left out and counted.
+
+An item with a prompt and an answer (an lm-eval task's question and its correct answer) is indexed as the
+two together, and, with ``match_prompt_alone`` (the default), also as its prompt on its own: the prompt's
+n-grams, or the whole prompt when it is shorter than n, less the words every prompt of its set shares (a
+template's ``Question:`` and ``Answer:``), when at least ``min_words`` words are left. A document holding the
+question without its answer (a filter cut the answer line) is then found. With ``match_prompt_alone`` off,
+only n-grams that reach into the answer count, as datatrove's default does (its label and overlap n-grams,
+``find_query_ngrams=False``). Items without a separate prompt (whole texts, ``.txt`` lines) are matched on
+all their n-grams either way.
 
 The evaluation items are hashed once into an in-memory index (``NgramIndex``: per n-gram length, a sorted
 array of 64-bit hashes and the item of each), which the documents are streamed against shard by shard on the
 engine (``decontaminate`` is ``documents.run_stage``'s per-document function), so a corpus of any size needs
 only the evaluation suite in memory. Each removed document keeps the sets and items it matched and one shared
 n-gram; ``contamination_report`` turns those into the counts per set and, the other way round, the items of
-each set found in the training data.
+each set found in the training data. A document whose text is missing (null) is removed as
+``missing_field``, counted, as the corpus step counts such rows.
 """
 
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
+import regex
 import xxhash
 from pydantic import BaseModel, ConfigDict, Field
 
-from marin_pipelines.documents import Decision, Document
+from marin_pipelines.documents import MISSING_FIELD, Decision, Document
 
 CONTAMINATED = "contaminated"  # the funnel's reason
 WORD = re.compile(r"[^\W_]+")  # letters and digits of any script
+MARKS = regex.compile(r"\p{Mn}+")  # nonspacing marks: 9x faster than str.translate's table of them
 EXAMPLES = 10  # overlap examples kept in the report
 
 
 @dataclass(frozen=True)
 class EvalItem:
-    """One evaluation item: its set (an lm-eval task, a held-out or chat set), its id there, its text."""
+    """One evaluation item: its set (an lm-eval task, a held-out or chat set), its id there, its text (the
+    prompt and the answer together, as the model sees it solved) and its prompt ("" when the item has no
+    separate prompt: a whole text to score, a line of a file)."""
 
     suite: str
     item: str
     text: str
+    prompt: str = ""
 
 
 class DecontaminationConfig(BaseModel):
-    """How long a shared n-gram must be, and what becomes of a document that has one."""
+    """How long a shared n-gram must be, whether a prompt counts on its own, and what becomes of a document
+    that has one."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    n: int = Field(13, ge=3, le=50, description="words in a shared n-gram (GPT-3 and Marin: 13)")
+    n: int = Field(13, ge=3, le=50, description="words in a shared n-gram")
     min_words: int = Field(8, ge=3, description="shorter items are matched whole down to this many words")
     min_overlap: float = Field(
         0.0,
         ge=0.0,
         le=1.0,
-        description="share of an item's n-grams a document must hold (0: any one, GPT-3's)",
+        description="share of an item's n-grams a document must hold (0: any one)",
+    )
+    match_prompt_alone: bool = Field(
+        True,
+        description="an item with a prompt and an answer also matches on its prompt alone (its n-grams, or "
+        "the whole prompt down to min_words words, less its set's template words); false: only n-grams "
+        "that reach into the answer count",
     )
     action: Literal["remove", "mark"] = Field(
         "remove",
@@ -61,8 +87,33 @@ class DecontaminationConfig(BaseModel):
     )
 
 
+def normalise(text: str) -> str:
+    """``text`` as both sides are compared: case folded; compatibility forms folded and accents split off
+    (NFKD: full-width digits and letters, ligatures and superscripts read as their plain forms), and the
+    accents (nonspacing marks) dropped, so that "café", "cafe" + a combining acute and "CAFÉ" read alike."""
+    text = text.casefold()
+    if text.isascii():  # nothing to fold: most of a web crawl
+        return text
+    return MARKS.sub("", unicodedata.normalize("NFKD", text))
+
+
 def words(text: str) -> list[str]:
-    return WORD.findall(text.lower())
+    return WORD.findall(normalise(text))
+
+
+def template_words(prompts: Sequence[Sequence[str]]) -> tuple[int, int]:
+    """How many leading and trailing words every prompt of a set shares: its template's (lm-eval's
+    "Question: ... Answer:"), not the item's own. A set of one prompt has none that can be told apart."""
+    if len(prompts) < 2:
+        return 0, 0
+    shortest, first = min(map(len, prompts)), prompts[0]
+    lead = 0
+    while lead < shortest and all(p[lead] == first[lead] for p in prompts):
+        lead += 1
+    trail = 0
+    while trail < shortest - lead and all(p[-1 - trail] == first[-1 - trail] for p in prompts):
+        trail += 1
+    return lead, trail
 
 
 def _word_hashes(tokens: Sequence[str]) -> np.ndarray:
@@ -96,16 +147,22 @@ class NgramIndex:
         self.too_short: Counter[str] = Counter()  # per set: items under min_words, not matched
         hashes: dict[int, list[np.ndarray]] = defaultdict(list)
         owners: dict[int, list[np.ndarray]] = defaultdict(list)
-        for item in items:
-            tokens = words(item.text)
+        parsed = [(item, words(item.text), words(item.prompt)) for item in items]
+        prompts: dict[str, list[list[str]]] = defaultdict(list)
+        for item, _, prompt in parsed:
+            if prompt:
+                prompts[item.suite].append(prompt)
+        template = {suite: template_words(found) for suite, found in prompts.items()}
+        for item, tokens, prompt in parsed:
             if len(tokens) < config.min_words:
                 self.too_short[item.suite] += 1
                 continue
-            n = min(config.n, len(tokens))
-            found = np.unique(ngram_hashes(tokens, n))
-            self.sizes.append(len(found))
-            hashes[n].append(found)
-            owners[n].append(np.full(len(found), len(self.items), dtype=np.int64))
+            grams = self._item_ngrams(tokens, len(prompt), template.get(item.suite, (0, 0)))
+            grams = {n: np.unique(found) for n, found in grams.items()}
+            self.sizes.append(sum(len(found) for found in grams.values()))
+            for n, found in grams.items():
+                hashes[n].append(found)
+                owners[n].append(np.full(len(found), len(self.items), dtype=np.int64))
             self.items.append(item)
         self.tables: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         for n in hashes:
@@ -118,6 +175,27 @@ class NgramIndex:
             raise ValueError(
                 "no evaluation item to decontaminate against" + (short if self.too_short else "")
             )
+
+    def _item_ngrams(
+        self, tokens: list[str], prompt: int, template: tuple[int, int]
+    ) -> dict[int, np.ndarray]:
+        """An item's n-gram hashes by length: the whole item's (n, or its own length when shorter). Of an
+        item whose first ``prompt`` words are its prompt: with ``match_prompt_alone``, also the prompt's own
+        words (less the ``template`` words at its ends) matched whole when shorter than n; without, only the
+        n-grams that reach into the answer."""
+        config = self.config
+        n = min(config.n, len(tokens))
+        grams = {n: ngram_hashes(tokens, n)}
+        if not 0 < prompt < len(tokens):  # no prompt apart from an answer: every n-gram counts
+            return grams
+        if not config.match_prompt_alone:
+            grams[n] = grams[n][max(0, prompt - n + 1) :]  # the n-gram at i ends at word i + n - 1
+            return grams
+        lead, trail = template
+        own = tokens[lead : prompt - trail]
+        if config.min_words <= len(own) < config.n:  # a longer prompt's n-grams are among the whole item's
+            grams[len(own)] = ngram_hashes(own, len(own))
+        return grams
 
     def matches(self, text: str) -> dict[int, str]:
         """The items ``text`` shares an n-gram with (at least ``min_overlap`` of the item's), each with one
@@ -145,6 +223,9 @@ def decontaminate(docs: Iterable[Document], index: NgramIndex) -> Iterator[Decis
     """One decision per document: kept, or removed as ``contaminated`` with the sets and items it matched
     and one shared n-gram (with ``action: mark`` every document is kept, with those fields, empty or not)."""
     for doc in docs:
+        if not isinstance(doc.get("text"), str):  # null: nothing to compare, counted as the corpus step does
+            yield doc, MISSING_FIELD
+            continue
         found = index.matches(doc["text"])
         matched = {
             "matched_sets": sorted({index.items[i].suite for i in found}),

@@ -210,6 +210,36 @@ def test_the_same_bytes_on_one_and_two_workers_with_and_without_a_limit(tmp_path
     assert tree(tmp_path / "seed4") != tree(tmp_path / "sampled1") and other.sampled_out != 0
 
 
+def test_same_named_files_in_different_folders_are_sampled_apart(tmp_path):
+    """Every split of a saved DatasetDict is a folder with a file of the same name: a sample keyed by the
+    base name took the same rows of each; keyed by the path below the files' common folder, it does not, and
+    a copy of the corpus elsewhere samples the same rows."""
+    import shutil
+
+    import datasets
+
+    texts = real_texts(40)
+    splits = {
+        name: datasets.Dataset.from_dict({"text": texts, "id": [f"{name}-{i}" for i in range(40)]})
+        for name in ("train", "test")
+    }
+    datasets.DatasetDict(splits).save_to_disk(str(tmp_path / "dd"))
+    names = {name: sorted(p.name for p in (tmp_path / "dd" / name).glob("*.arrow")) for name in splits}
+    assert names["train"] == names["test"]  # the same file name in both folders
+    config = CorpusConfig(paths=[str(tmp_path / "dd")], sample=0.5, seed=1)
+    write_corpus(config, str(tmp_path / "out"))
+    kept = {name: set() for name in splits}
+    for doc in read_documents(tmp_path / "out"):
+        split, row = doc["id"].split("-")
+        kept[split].add(int(row))
+    assert all(5 < len(rows) < 35 for rows in kept.values()) and kept["train"] != kept["test"]
+    shutil.copytree(tmp_path / "dd", tmp_path / "elsewhere" / "dd")
+    moved = config.model_copy(update={"paths": [str(tmp_path / "elsewhere" / "dd")]})
+    write_corpus(moved, str(tmp_path / "again"))
+    assert tree(tmp_path / "again") == tree(tmp_path / "out")
+    assert corpus_identity(config) != corpus_identity(config.model_copy(update={"sample": 1.0}))
+
+
 def test_a_killed_run_redoes_only_the_unfinished_units(tmp_path):
     """The second file is damaged (a truncated gzip): the first file's unit is done, and a rerun after the
     file is mended does not redo it."""

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from marin_pipelines.documents import MISSING_FIELD
 from marin_pipelines.evals.evaluation_items import evaluation_items, file_items
 from marin_pipelines.evals.lm_eval_tasks import SHIPPED_TASKS
 from marin_pipelines.text.decontaminated_text import (
@@ -16,6 +17,7 @@ from marin_pipelines.text.decontaminated_text import (
     contamination_report,
     decontaminate,
     ngram_hashes,
+    template_words,
     words,
 )
 
@@ -134,3 +136,50 @@ def test_a_share_of_the_items_ngrams_can_be_asked_for():
     assert index.matches(one) == {}
     assert index.matches(" ".join(f"w{i}" for i in range(21))) == {0: one}  # 9 of 18
     assert NgramIndex([EvalItem("s", "1", item)], DecontaminationConfig()).matches(one) == {0: one}  # any one
+
+
+def test_unicode_variants_match_their_plain_forms():
+    """Combining accents, precomposed letters, full-width digits and letters, ligatures and case: both sides
+    read alike, whichever side has which form."""
+    plain = "The café in Zürich sells 24 kinds of crème brûlée and fine coffee every day of the week"
+    variant = (
+        "THE CAFE\u0301 IN ZU\u0308RICH sells \uff12\uff14 kinds of cre\u0300me bru\u0302le\u0301e and "
+        "\ufb01ne coﬀee every day of the week"
+    )
+    assert words(variant) == words(plain)  # one word each: an accent does not split a word
+    assert words(plain)[:3] == ["the", "cafe", "in"]
+    for item, doc in ((plain, variant), (variant, plain)):
+        index = NgramIndex([EvalItem("s", "1", item)], DecontaminationConfig())
+        assert index.matches(f"Seen elsewhere: {doc}.") == {0: " ".join(words(plain)[:13])}
+
+
+def test_a_question_without_its_answer_is_found_by_its_prompt_alone(suite):
+    """A filter that cut the answer line left the question: with match_prompt_alone (the default) the
+    prompt, less its set's template words ("Question:", "Answer:"), is matched whole; without, only n-grams
+    that reach into the answer count, so neither the question alone nor a long prompt's own n-grams do."""
+    item = next(i for i in suite if i.suite == "marin_python_mc" and i.text.endswith("Answer: append"))
+    assert item.prompt == "Question: Which method adds one item to the end of a list?\nAnswer:"
+    cut = {
+        "id": "cut",
+        "text": "Notes on lists.\n\nQuestion: Which method adds one item to the end of a list?",
+    }
+    on = NgramIndex(suite, DecontaminationConfig())
+    [(doc, reason)] = decontaminate([cut], on)
+    assert reason == CONTAMINATED and doc["matched_items"] == [f"marin_python_mc/{item.item}"]
+    assert doc["shared_ngram"] == "which method adds one item to the end of a list"
+    off = NgramIndex(suite, DecontaminationConfig(match_prompt_alone=False))
+    assert list(decontaminate([cut], off)) == [(cut, None)]
+    assert off.matches(f"FAQ. {item.text}") and on.matches(f"FAQ. {item.text}")  # the whole item: both
+    long_prompt = " ".join(f"p{i}" for i in range(20))
+    long_item = EvalItem("s", "1", f"{long_prompt} the answer", prompt=long_prompt)
+    assert NgramIndex([long_item], DecontaminationConfig()).matches(long_prompt)
+    off = NgramIndex([long_item], DecontaminationConfig(match_prompt_alone=False))
+    assert off.matches(long_prompt) == {} and off.matches(f"{long_prompt} the")  # one answer word is enough
+    assert template_words([["question", "a", "b", "answer"], ["question", "c", "answer"]]) == (1, 1)
+    assert template_words([["only", "one"]]) == (0, 0)
+
+
+def test_a_document_without_text_is_counted_not_a_traceback(suite):
+    index = NgramIndex(suite, DecontaminationConfig())
+    docs = [{"id": "null", "text": None}, {"id": "ok", "text": "plain words"}]
+    assert [reason for _, reason in decontaminate(docs, index)] == [MISSING_FIELD, None]
