@@ -17,10 +17,13 @@ import pytest
 
 from marin_pipelines.scaling import synthetic_ladder
 from marin_pipelines.scaling.forecast_interval import (
+    FLOOR_GRID,
     LEVELS,
+    birge_ratio,
     extrapolation_scale,
     floor_ranges,
     form_bias,
+    power_law_with_floor,
     predictive_intervals,
 )
 from marin_pipelines.scaling.frontier import Forecast, backtest, forecast
@@ -98,6 +101,36 @@ def test_the_floor_profile_keeps_the_true_floor_of_an_exact_frontier():
     for level, (low, high) in floor_ranges(budgets, losses, spreads, target).items():
         assert low <= truth <= high, level
         assert high - low < 0.2 * truth  # five exact optima do bound the floor
+
+
+def likelihood_range(budgets, losses, spreads, target, level):
+    """The forecast's central interval over E weighted by exp(-chi^2 / 2) at the spreads as given."""
+    floors = np.linspace(0.0, min(losses) * (1 - 1e-3), FLOOR_GRID)
+    b, k, chi, reference = power_law_with_floor(budgets, losses, spreads, floors)
+    forecasts = floors + np.exp(b + k * (math.log(target) - reference))
+    order = np.argsort(forecasts)
+    weight = np.exp(-(chi[order] - chi.min()) / 2)
+    cumulative = np.cumsum(weight) / weight.sum()
+    return tuple(np.interp([(1 - level) / 2, (1 + level) / 2], cumulative, forecasts[order]))
+
+
+def test_a_luckily_good_fit_does_not_narrow_the_floors_range():
+    """Five optima exactly on a frontier scatter less than their spreads say (chi^2 = 0): that is luck, so
+    the range is the one the spreads give, not narrower (the Birge ratio is floored at 1: a floor of 1/4
+    halved these spreads). Optima that scatter more than their spreads are still widened."""
+    budgets = [1e18, 2e18, 4e18, 8e18, 1.6e19]
+    exact = [1.7 + 40 * c**-0.08 for c in budgets]
+    spreads = [0.003] * len(budgets)
+    for level, found in floor_ranges(budgets, exact, spreads, 1.6e20).items():
+        assert found == pytest.approx(likelihood_range(budgets, exact, spreads, 1.6e20, level), rel=1e-9)
+    assert birge_ratio(0.0, 2) == 1 and birge_ratio(1.5, 2) == 1 and birge_ratio(5.0, 0) == 1
+    wiggled = [loss * (1 + 0.01 * sign) for loss, sign in zip(exact, (1, -1, 0, -1, 1), strict=True)]
+    floors = np.linspace(0.0, min(wiggled) * (1 - 1e-3), FLOOR_GRID)
+    ratio = power_law_with_floor(budgets, wiggled, spreads, floors)[2].min() / 2
+    assert ratio > 1 and birge_ratio(ratio * 2, 2) == pytest.approx(ratio)
+    widened = [s * math.sqrt(ratio) for s in spreads]
+    for level, found in floor_ranges(budgets, wiggled, spreads, 1.6e20).items():
+        assert found == pytest.approx(likelihood_range(budgets, wiggled, widened, 1.6e20, level), rel=1e-6)
 
 
 def test_the_form_is_the_backtest_beyond_its_noise():
