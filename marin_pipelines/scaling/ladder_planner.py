@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import TypeAdapter
@@ -63,14 +63,21 @@ class ForecastErrors:
     floor_at_zero: int
     widths: tuple[float, ...] = ()  # the 95% predictive intervals' widths, relative, where asked for
 
+    def passes(self, error: float) -> int:
+        """The draws whose forecast lands within ``error`` (relative) of the true loss; a NaN never does."""
+        return int(np.sum(np.abs(np.asarray(self.errors)) <= error))
+
     def within(self, error: float) -> float:
-        """The share of draws whose forecast lands within ``error`` (relative) of the true loss."""
-        return float(np.mean(np.abs(np.asarray(self.errors)) <= error))
+        """The share of draws whose forecast lands within ``error``."""
+        return self.passes(error) / len(self.errors)
 
     def error_at(self, probability: float) -> float:
         """The smallest error the forecast lands within in at least ``probability`` of the draws."""
         misses = np.sort(np.nan_to_num(np.abs(self.errors), nan=math.inf))
         return float(misses[math.ceil(probability * len(misses)) - 1])
+
+
+Verdict = Literal["reaches", "short", "undecided"]  # a pass rate's interval against the wanted probability
 
 
 @dataclass(frozen=True)
@@ -92,7 +99,7 @@ class PassRate:
     def rate(self) -> float:
         return self.passes / self.draws
 
-    def verdict(self, probability: float) -> str:
+    def verdict(self, probability: float) -> Verdict:
         """``reaches`` (the interval lies at or above ``probability``), ``short`` (below) or ``undecided``."""
         if self.low >= probability:
             return "reaches"
@@ -113,7 +120,7 @@ def draws_to_decide(
         widths += found.widths
         at_zero += found.floor_at_zero
         drawn = ForecastErrors(tuple(errors), at_zero, tuple(widths))
-        rate = PassRate.of(round(drawn.within(error) * len(errors)), len(errors))
+        rate = PassRate.of(drawn.passes(error), len(errors))
         if rate.verdict(probability) != "undecided" or len(errors) >= max_draws:
             return drawn, rate
 
@@ -193,7 +200,7 @@ class Candidate:
     refused: str | None = None
     probability_interval: tuple[float, float] | None = None
     draws: int = 0
-    verdict: str | None = None
+    verdict: Verdict | None = None
 
     @property
     def span(self) -> float:
