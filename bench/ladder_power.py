@@ -6,7 +6,9 @@ pipeline's own frontier (``scaling/ladder_planner.py``'s ``forecast_errors``, th
 optima and a floor E that a narrow span cannot pin down. It prints, per shape, the point forecast's mean
 error, its spread, the share within 1% and how often the fitted floor E sits at its bound 0; the last line
 is one JSON object. The default shapes are ``scaling_forecast``'s (4 budgets over 8x, one seed, 5 sizes) at
-its measured 0.6% seed spread, with more seeds or a wider span.
+its measured 0.6% seed spread, with more seeds or a wider span. Every shape forecasts the same target, and
+a wider span adds budgets below the others' (as a plan grows a ladder downward from its target; before
+issue 48 it added them above, moving the target up with them).
 
     .venv/bin/python bench/ladder_power.py [--ladders 40] [--noise 0.006]
 """

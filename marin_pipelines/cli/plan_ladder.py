@@ -2,7 +2,8 @@
 
 Before any rung trains: candidate ladders below ``C / --extrapolation`` are planned by the recipe and scored
 on synthetic ladders drawn from a known law (``scaling/ladder_planner.py``); the cheapest that forecasts
-within ``E`` in ``--probability`` of the draws is the plan. Progress and a table go to stderr; the last line
+within ``E`` in ``--probability`` of the draws, drawn until that share's interval is clear of it (at most
+``--max-draws``), is the plan. Progress and a table go to stderr; the last line
 of stdout is one JSON object (its ``ladder`` is the config ``isoflop_ladder(..., ladder=...)`` takes). An
 accuracy out of reach exits 1, the JSON still printed with the best candidate.
 """
@@ -56,13 +57,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=None,
         help="no budget below this (e.g. where rungs on your text still sit on the unigram plateau)",
     )
-    parser.add_argument("--draws", type=int, default=40, help="synthetic ladders drawn per candidate")
+    parser.add_argument(
+        "--max-draws",
+        type=int,
+        default=None,
+        help="the most synthetic ladders drawn per candidate (the planner's cap by default): each is drawn "
+        "in batches until its pass rate's interval is clear of --probability",
+    )
     parser.add_argument("--seed", type=int, default=0, help="seeds the draws (the same for every candidate)")
     parser.set_defaults(run=run_plan_ladder_command)
 
 
 def run_plan_ladder_command(args: argparse.Namespace) -> int:
-    from marin_pipelines.scaling.ladder_planner import DEFAULT_NOISE, noise_from_forecast, plan_ladder
+    from marin_pipelines.scaling.ladder_planner import (
+        DEFAULT_NOISE,
+        MAX_DRAWS,
+        noise_from_forecast,
+        plan_ladder,
+    )
     from marin_pipelines.scaling.recipe import recipe
 
     def say(line: str) -> None:
@@ -86,7 +98,7 @@ def run_plan_ladder_command(args: argparse.Namespace) -> int:
         max_seeds=args.max_seeds,
         max_ladder_ratio=args.max_ladder_ratio,
         min_budget=args.min_budget,
-        draws=args.draws,
+        max_draws=MAX_DRAWS if args.max_draws is None else args.max_draws,
         seed=args.seed,
         progress=say,
     )
@@ -99,17 +111,23 @@ def run_plan_ladder_command(args: argparse.Namespace) -> int:
 
 
 def table(plan: LadderPlan) -> str:
-    """Every candidate, one row: its shape, cost and how often it lands within the error; * the plan."""
+    """Every candidate, one row: its shape, cost, how often it lands within the error (of how many draws,
+    the interval, the verdict) and the error it lands within at the wanted probability; * the plan."""
     within, at = f"within {plan.error:.2%}", f"error at {plan.wanted_probability:.0%}"
-    rows = [f"  budgets  span  seeds  runs  ladder FLOPs  x target  {within}  {at}"]
+    rows = [
+        f"  budgets  span  seeds  runs  ladder FLOPs  x target  {within}  draws  interval    verdict    {at}"
+    ]
     for c in plan.candidates:
         mark = "*" if (c.budgets, c.seeds) == (plan.budgets, plan.seeds) else " "
         shape = f"{mark} {len(c.budgets):>7}  {c.span:>4.0f}  {c.seeds:>5}"
         if c.refused is not None:
             rows.append(f"{shape}  not planned: {c.refused}")
             continue
+        assert c.probability_interval is not None
+        interval = "[{:.0%}, {:.0%}]".format(*c.probability_interval)
         rows.append(
             f"{shape}  {c.runs:>4}  {c.ladder_flops:>12.3g}  {c.ratio:>8.2f}  "
-            f"{c.probability:>{len(within)}.0%}  {c.error_at_probability:>{len(at)}.2%}"
+            f"{c.probability:>{len(within)}.0%}  {c.draws:>5}  {interval:<10}  {c.verdict:<9}  "
+            f"{c.error_at_probability:>{len(at)}.2%}"
         )
     return "\n".join(rows)

@@ -8,9 +8,11 @@ what the ladder cannot see, so the interval adds, side by side in quadrature (re
   underrates its spread). It carries the sweeps' and the seeds' noise (rungs, then runs, are resampled).
 - **floor**: the forecast marginalised over E. For each E in [0, min L*) the power law through L* - E is
   fitted by weighted least squares (each optimum weighted by its own bootstrap spread) and weighted by
-  its likelihood; the level's central interval of those forecasts is the floor's part. With 3 budgets,
-  or optima on a straight line in log-log, this is what widens the interval upward: a frontier that
-  flattens past the ladder lands higher.
+  its likelihood; the level's central interval of those forecasts is the floor's part. Optima that
+  scatter more than their spreads say have the spreads scaled up (the Birge ratio); a luckily good fit
+  is never narrowed (the ratio is at least 1, as the Particle Data Group's scale factor). With 3
+  budgets, or optima on a straight line in log-log, this is what widens the interval upward: a frontier
+  that flattens past the ladder lands higher.
 - **form**: the curve's shape past the ladder (the plateau exit bends it). The top budget's optimum is
   forecast from the budgets below it (a backtest, by the same fit), and the error beyond what the
   resamples' own backtests show as noise is the form's bias. Scaled by how much further the target lies
@@ -34,7 +36,6 @@ LEVELS = (0.8, 0.95)  # the nominal levels every forecast states
 FORM_LEVEL = 0.95  # the backtest's scaled bias is read as this level's half-width
 FLOOR_GRID = 400  # values of E profiled in [0, min L*)
 MIN_SPREAD = 1e-4  # an optimum's relative spread is at least this: a resample-free budget still counts
-MIN_BIRGE = 0.25  # the optima's scatter may halve their bootstrap spreads, no more
 
 
 @dataclass(frozen=True)
@@ -85,8 +86,8 @@ def floor_ranges(
     """Per level, the central interval of the forecast at ``target`` marginalised over the floor E: E
     uniform on [0, min L*), each E weighted by its likelihood exp(-chi^2 / 2) with the other two unknowns
     fitted. Where the fit has degrees of freedom left (4 budgets or more), the optima's spreads are first
-    rescaled by how far they scatter about the best fit (chi^2 / dof, the Birge ratio, at least 1/4):
-    a bootstrap's spread through 5 sizes is itself a rough estimate."""
+    rescaled by how far they scatter about the best fit (``birge_ratio``): a bootstrap's spread through 5
+    sizes is itself a rough estimate."""
     floors = np.linspace(0.0, min(losses) * (1 - 1e-3), FLOOR_GRID)
     b, k, chi, reference = power_law_with_floor(budgets, losses, spreads, floors)
     forecasts = floors + np.exp(b + k * (math.log(target) - reference))
@@ -94,9 +95,7 @@ def floor_ranges(
     if not fine.any():
         return {level: (math.nan, math.nan) for level in LEVELS}
     forecasts, chi = forecasts[fine], chi[fine]
-    dof = len(losses) - 3
-    if dof > 0:
-        chi = chi / max(chi.min() / dof, MIN_BIRGE)
+    chi = chi / birge_ratio(float(chi.min()), len(losses) - 3)
     order = np.argsort(forecasts)
     forecasts, weight = forecasts[order], np.exp(-(chi[order] - chi.min()) / 2)
     cumulative = np.cumsum(weight) / weight.sum()
@@ -106,6 +105,14 @@ def floor_ranges(
         low, high = np.interp([tail, 1 - tail], cumulative, forecasts)
         ranges[level] = (float(low), float(high))
     return ranges
+
+
+def birge_ratio(chi_min: float, dof: int) -> float:
+    """How much the optima's variances are scaled up: chi^2 / dof of the best fit where that exceeds 1,
+    else 1 (the Particle Data Group's scale factor, squared). Scatter above the spreads widens the interval;
+    scatter below them is luck with a handful of optima, not evidence that the spreads were too wide, so it
+    never narrows it. Without degrees of freedom (3 budgets, 3 unknowns) there is no scatter to read: 1."""
+    return max(1.0, chi_min / dof) if dof > 0 else 1.0
 
 
 def extrapolation_scale(budgets: Sequence[float], target: float) -> float:

@@ -6,9 +6,16 @@ ladders of a candidate's shape from a known law with seed-like noise (``syntheti
 each with the pipeline's own frontier, and count how often the forecast lands within the wanted error.
 The planner does that for ladders of 3..``max_budgets`` budgets a factor 2 apart below
 ``target / extrapolation`` and 1..``max_seeds`` seeds a size, and proposes the cheapest one (in training
-FLOPs, as the recipe plans its rungs) that reaches the wanted probability. The law being exactly true,
-this is a lower bound on what a ladder needs: a real loss curve that bends past the ladder adds its own
-error (the README's "Towards forecasts that hold").
+FLOPs, as the recipe plans its rungs) that reaches the wanted probability.
+
+A share of a few dozen draws is itself noisy: at 40 draws, a candidate that lands within the error 85% of
+the time shows 90% or more one time in four. So each candidate is drawn in batches until the pass rate's
+Wilson interval (95%) lies clear of the wanted probability, at most ``max_draws`` times; it reaches the
+probability only when the whole interval lies at or above it. One still undecided at the cap does not
+count as reaching it (a true 90% at 90% asked stays undecided most of the time), and the plan says how
+many draws each candidate took. The law being exactly true, the plan is a lower bound on what a ladder
+needs: a real loss curve that bends past the ladder adds its own error (the README's "Towards forecasts
+that hold", and ``bench/forecast_calibration.py``'s laws that bend).
 """
 
 from __future__ import annotations
@@ -19,10 +26,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import TypeAdapter
+from scipy.stats import binomtest
 
 from marin_pipelines.scaling import synthetic_ladder
 from marin_pipelines.scaling.frontier import forecast
@@ -30,11 +38,19 @@ from marin_pipelines.scaling.isoflop_ladder import MIN_BUDGETS, MIN_POINTS, Isof
 from marin_pipelines.scaling.recipe import AnyRecipe, Recipe
 from marin_pipelines.scaling.synthetic_ladder import HOFFMANN
 
-ANCHOR = 1e18  # the synthetic ladder's smallest budget (bench/ladder_power.py's)
+# The synthetic target: every candidate's ladder is drawn below it, as a real plan grows its ladder downward
+# from its target. 8e19 puts a 4-budget ladder at 10x on 1e18-8e18 (bench/ladder_power.py's figures).
+TARGET_ANCHOR = 8e19
 INTERVAL_DRAWS, INTERVAL_BOOTSTRAP = 12, 50  # draws and resamples that measure the plan's interval width
 DEFAULT_NOISE = 0.006  # relative seed noise a run: scaling_forecast's measured 0.61%
+DRAW_BATCH = 40  # draws between two looks at a candidate's pass rate
+MAX_DRAWS = 400  # the most draws a candidate gets before it is left undecided
+PASS_CONFIDENCE = 0.95  # the pass rate's Wilson interval
 # what a plan's JSON takes from its chosen candidate, beside its budgets
-CHOSEN_FIELDS = ("seeds", "runs", "ladder_flops", "ratio", "probability", "error_at_probability")
+CHOSEN_FIELDS = (
+    "seeds", "runs", "ladder_flops", "ratio", "probability", "probability_interval", "draws",
+    "error_at_probability",
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -47,14 +63,82 @@ class ForecastErrors:
     floor_at_zero: int
     widths: tuple[float, ...] = ()  # the 95% predictive intervals' widths, relative, where asked for
 
+    def passes(self, error: float) -> int:
+        """The draws whose forecast lands within ``error`` (relative) of the true loss; a NaN never does."""
+        return int(np.sum(np.abs(np.asarray(self.errors)) <= error))
+
     def within(self, error: float) -> float:
-        """The share of draws whose forecast lands within ``error`` (relative) of the true loss."""
-        return float(np.mean(np.abs(np.asarray(self.errors)) <= error))
+        """The share of draws whose forecast lands within ``error``."""
+        return self.passes(error) / len(self.errors)
 
     def error_at(self, probability: float) -> float:
         """The smallest error the forecast lands within in at least ``probability`` of the draws."""
         misses = np.sort(np.nan_to_num(np.abs(self.errors), nan=math.inf))
         return float(misses[math.ceil(probability * len(misses)) - 1])
+
+
+Verdict = Literal["reaches", "short", "undecided"]  # a pass rate's interval against the wanted probability
+
+
+@dataclass(frozen=True)
+class PassRate:
+    """How often a candidate's forecast landed within the error: ``passes`` of ``draws``, and the Wilson
+    interval (``PASS_CONFIDENCE``) of the rate."""
+
+    passes: int
+    draws: int
+    low: float
+    high: float
+
+    @classmethod
+    def of(cls, passes: int, draws: int) -> PassRate:
+        interval = binomtest(passes, draws).proportion_ci(PASS_CONFIDENCE, method="wilson")
+        return cls(passes, draws, float(interval.low), float(interval.high))
+
+    @property
+    def rate(self) -> float:
+        return self.passes / self.draws
+
+    def verdict(self, probability: float) -> Verdict:
+        """``reaches`` (the interval lies at or above ``probability``), ``short`` (below) or ``undecided``."""
+        if self.low >= probability:
+            return "reaches"
+        return "short" if self.high < probability else "undecided"
+
+
+def draws_to_decide(
+    draw: Callable[[int, int], ForecastErrors], error: float, probability: float, max_draws: int
+) -> tuple[ForecastErrors, PassRate]:
+    """Draw (``draw(start, count)``: draws start..start + count - 1) in batches of ``DRAW_BATCH`` until the
+    share within ``error`` has a Wilson interval clear of ``probability``, or ``max_draws`` were drawn."""
+    errors: list[float] = []
+    widths: list[float] = []
+    at_zero = 0
+    while True:
+        found = draw(len(errors), min(DRAW_BATCH, max_draws - len(errors)))
+        errors += found.errors
+        widths += found.widths
+        at_zero += found.floor_at_zero
+        drawn = ForecastErrors(tuple(errors), at_zero, tuple(widths))
+        rate = PassRate.of(drawn.passes(error), len(errors))
+        if rate.verdict(probability) != "undecided" or len(errors) >= max_draws:
+            return drawn, rate
+
+
+def least_draws(probability: float) -> int:
+    """The fewest draws whose pass rate can reach ``probability``: all of them within the error."""
+    draws = 1
+    while PassRate.of(draws, draws).low < probability:
+        draws += 1
+    return draws
+
+
+def synthetic_budgets(budgets: Sequence[float], extrapolation: float) -> tuple[list[float], float]:
+    """A candidate's budgets on the synthetic law, top first, and its target: scaled so that the target sits
+    at ``TARGET_ANCHOR`` whatever the candidate. A candidate with one more budget adds it below the others,
+    as a real plan does, and (draws seeded alike, top budget first) shares their runs."""
+    scale = TARGET_ANCHOR / (extrapolation * max(budgets))
+    return sorted((b * scale for b in budgets), reverse=True), TARGET_ANCHOR
 
 
 def forecast_errors(
@@ -71,15 +155,13 @@ def forecast_errors(
     """How a ladder with these budgets' ratios forecasts ``extrapolation`` x past its top budget when the
     law is Hoffmann et al.'s, exactly, and each run's loss carries ``noise`` (relative, normal in log).
 
-    The synthetic ladder's smallest budget sits at ``ANCHOR`` FLOPs whatever the candidate, as in
-    ``bench/ladder_power.py``: a ladder of k budgets is then the first k budgets of one of k + 1 (draw i
-    uses numpy's generator seeded ``seed + i`` in every shape), so candidates differ by the budgets they add,
-    not by fresh noise, and the bench and the planner report the same figures for the same shapes. The
-    point forecast is what is scored against the truth; with ``bootstrap`` resamples each draw's 95%
-    predictive interval is computed too, and its width kept.
+    The synthetic target sits at ``TARGET_ANCHOR`` whatever the candidate (``synthetic_budgets``): a ladder
+    of k budgets is the top k budgets of one of k + 1 (draw i uses numpy's generator seeded ``seed + i`` in
+    every shape, the top budget's runs drawn first), so candidates differ by the budgets they add below, not
+    by fresh noise. The point forecast is what is scored against the truth; with ``bootstrap`` resamples
+    each draw's 95% predictive interval is computed too, and its width kept.
     """
-    synthetic = [ANCHOR * b / min(budgets) for b in sorted(budgets)]
-    target = extrapolation * synthetic[-1]
+    synthetic, target = synthetic_budgets(budgets, extrapolation)
     truth = synthetic_ladder.optimum(HOFFMANN, target)[1]
     errors: list[float] = []
     widths: list[float] = []
@@ -105,7 +187,8 @@ def forecast_errors(
 class Candidate:
     """One ladder considered: its budgets and seeds, what the recipe plans for it, and how often its
     forecast lands within the wanted error (None where it is not planned: ``refused`` says why, the recipe's
-    reason or ``min_budget``)."""
+    reason or ``min_budget``): the share of ``draws``, its interval, and the ``verdict`` against the wanted
+    probability (``PassRate.verdict``)."""
 
     budgets: tuple[float, ...]
     seeds: int
@@ -115,6 +198,9 @@ class Candidate:
     probability: float | None
     error_at_probability: float | None  # the error it lands within at the wanted probability
     refused: str | None = None
+    probability_interval: tuple[float, float] | None = None
+    draws: int = 0
+    verdict: Verdict | None = None
 
     @property
     def span(self) -> float:
@@ -124,20 +210,30 @@ class Candidate:
         shape = f"{len(self.budgets)} budgets over {self.span:.0f}x, {self.seeds} seed(s)"
         if self.refused is not None:
             return f"{shape}: not planned ({self.refused})"
+        assert self.probability_interval is not None
+        low, high = self.probability_interval
         return (
             f"{shape}: {self.runs} runs, {self.ladder_flops:.3g} FLOPs ({self.ratio:.2f}x the target), "
-            f"within {error:.2%} in {self.probability:.0%} of draws"
+            f"within {error:.2%} in {self.probability:.0%} of {self.draws} draws [{low:.0%}, {high:.0%}]: "
+            f"{self.verdict}"
         )
 
     def as_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "budgets": list(self.budgets), "span": self.span}
+        interval = None if self.probability_interval is None else list(self.probability_interval)
+        return {
+            **asdict(self),
+            "budgets": list(self.budgets),
+            "span": self.span,
+            "probability_interval": interval,
+        }
 
 
 @dataclass(frozen=True)
 class LadderPlan:
-    """The chosen candidate: the cheapest that reaches the wanted probability or, where none does
-    (``reachable`` False), the one within the smallest error at that probability. ``message`` says what it
-    means; the chosen candidate's shape, cost and promise read through (``plan.budgets``...)."""
+    """The chosen candidate: the cheapest that reaches the wanted probability (its pass rate's interval at
+    or above it) or, where none does (``reachable`` False), the one within the smallest error at that
+    probability. ``message`` says what it means; the chosen candidate's shape, cost and promise read through
+    (``plan.budgets``...)."""
 
     target_budget: float
     error: float
@@ -152,7 +248,7 @@ class LadderPlan:
     seq_len: int
     extrapolation: float
     noise: float
-    draws: int
+    max_draws: int
     candidates: tuple[Candidate, ...]
 
     @property
@@ -182,6 +278,16 @@ class LadderPlan:
         return self.chosen.probability
 
     @property
+    def probability_interval(self) -> tuple[float, float]:
+        assert self.chosen.probability_interval is not None
+        return self.chosen.probability_interval
+
+    @property
+    def draws(self) -> int:
+        """The synthetic ladders drawn for the chosen candidate."""
+        return self.chosen.draws
+
+    @property
     def error_at_probability(self) -> float:
         assert self.chosen.error_at_probability is not None
         return self.chosen.error_at_probability
@@ -206,6 +312,7 @@ class LadderPlan:
         return {
             **fields,
             **chosen,
+            "probability_interval": list(self.probability_interval),
             "budgets": list(self.budgets),
             "ladder": self.ladder_config(),
             "candidates": [c.as_dict() for c in self.candidates],
@@ -242,12 +349,13 @@ def plan_ladder(
     max_seeds: int = 3,
     max_ladder_ratio: float | None = None,
     min_budget: float | None = None,
-    draws: int = 40,
+    max_draws: int = MAX_DRAWS,
     seed: int = 0,
     progress: Callable[[str], None] | None = None,
 ) -> LadderPlan:
     """The cheapest IsoFLOP ladder whose forecast of ``target_budget``'s loss lands within ``error``
-    (relative) in at least ``probability`` of synthetic draws (module docstring), with at most
+    (relative) in at least ``probability`` of synthetic draws, with that share's interval clear of it after
+    at most ``max_draws`` draws (module docstring), with at most
     ``max_ladder_ratio`` x the target's FLOPs where given. Its top budget is ``target_budget /
     extrapolation``; no budget lies below ``min_budget`` where given (where rungs still sit on the unigram
     plateau, say: the draws' law has no plateau). ``progress`` gets one line per candidate. An accuracy
@@ -257,6 +365,7 @@ def plan_ladder(
     one shape (at its smallest budgets); ``runs`` and ``ladder_flops`` are the recipe's rungs.
     """
     lowest = target_budget / max(extrapolation, 1.0) / 2 ** (MIN_BUDGETS - 1)  # a 3-budget ladder's least
+    needed = least_draws(probability) if 0 < probability < 1 else 1
     _check(
         target_budget=(target_budget, target_budget > 0 and math.isfinite(target_budget), "positive"),
         error=(error, error > 0, "positive (relative, e.g. 0.01)"),
@@ -266,7 +375,12 @@ def plan_ladder(
         points_per_budget=(points_per_budget, points_per_budget >= MIN_POINTS, f"at least {MIN_POINTS}"),
         max_budgets=(max_budgets, max_budgets >= MIN_BUDGETS, f"at least {MIN_BUDGETS}"),
         max_seeds=(max_seeds, max_seeds >= 1, "at least 1"),
-        draws=(draws, draws >= 1, "at least 1"),
+        max_draws=(
+            max_draws,
+            max_draws >= needed,
+            f"at least {needed}: fewer draws cannot show a pass rate of {probability} or more with "
+            f"{PASS_CONFIDENCE:.0%} confidence",
+        ),
         max_ladder_ratio=(max_ladder_ratio, max_ladder_ratio is None or max_ladder_ratio > 0, "positive"),
         min_budget=(
             min_budget,
@@ -277,9 +391,7 @@ def plan_ladder(
     if isinstance(recipe, dict):
         recipe = TypeAdapter(AnyRecipe).validate_python(recipe)
     top = target_budget / extrapolation
-    shape_errors = partial(
-        forecast_errors, sizes=points_per_budget, noise=noise, extrapolation=extrapolation, seed=seed
-    )
+    shape_errors = partial(forecast_errors, sizes=points_per_budget, noise=noise, extrapolation=extrapolation)
     candidates: list[Candidate] = []
     for count in range(MIN_BUDGETS, max_budgets + 1):
         budgets = tuple(top / 2**i for i in reversed(range(count)))
@@ -298,7 +410,8 @@ def plan_ladder(
             if isinstance(planned, str):
                 candidate = Candidate(budgets, seeds, 0, math.nan, math.nan, None, None, planned)
             else:
-                found = shape_errors(budgets, seeds=seeds, draws=draws)
+                draw = partial(_draw, shape_errors, budgets, seeds, seed)
+                found, rate = draws_to_decide(draw, error, probability, max_draws)
                 flops = seeds * planned[1]
                 candidate = Candidate(
                     budgets,
@@ -306,8 +419,11 @@ def plan_ladder(
                     seeds * planned[0],
                     flops,
                     flops / target_budget,
-                    found.within(error),
+                    rate.rate,
                     found.error_at(probability),
+                    probability_interval=(rate.low, rate.high),
+                    draws=rate.draws,
+                    verdict=rate.verdict(probability),
                 )
             candidates.append(candidate)
             if progress is not None:
@@ -320,7 +436,7 @@ def plan_ladder(
         )
     limit = math.inf if max_ladder_ratio is None else max_ladder_ratio
     affordable = [c for c in plannable if c.ratio <= limit]
-    meeting = [c for c in affordable if (c.probability or 0) >= probability]
+    meeting = [c for c in affordable if c.verdict == "reaches"]
     reachable = bool(meeting)
     if reachable:
         chosen = min(meeting, key=lambda c: c.ladder_flops)
@@ -328,12 +444,11 @@ def plan_ladder(
         # the best promise at the wanted probability: a share within an error out of reach is mostly 0
         chosen = min(affordable or plannable, key=lambda c: (c.error_at_probability, c.ladder_flops))
     # what the plan's forecast will say of itself: its preregistered 95% interval's typical width
-    draws_for_width = min(draws, INTERVAL_DRAWS)
     width = shape_errors(
-        chosen.budgets, seeds=chosen.seeds, draws=draws_for_width, bootstrap=INTERVAL_BOOTSTRAP
+        chosen.budgets, seeds=chosen.seeds, draws=INTERVAL_DRAWS, seed=seed, bootstrap=INTERVAL_BOOTSTRAP
     ).widths
     interval_width = float(np.median(width)) if width else math.nan
-    message = _message(chosen, reachable, affordable, plannable, error, probability, max_ladder_ratio, draws)
+    message = _message(chosen, reachable, affordable, plannable, error, probability, max_ladder_ratio)
     message += (
         f" Its preregistered 95% interval would be about {interval_width:.1%} wide (the median of "
         f"{len(width)} draws)."
@@ -352,9 +467,21 @@ def plan_ladder(
         seq_len=seq_len,
         extrapolation=extrapolation,
         noise=noise,
-        draws=draws,
+        max_draws=max_draws,
         candidates=tuple(candidates),
     )
+
+
+def _draw(
+    shape_errors: Callable[..., ForecastErrors],
+    budgets: Sequence[float],
+    seeds: int,
+    seed: int,
+    start: int,
+    count: int,
+) -> ForecastErrors:
+    """Draws ``start`` .. ``start + count - 1`` of one candidate (draw i seeded ``seed + i``)."""
+    return shape_errors(budgets, seeds=seeds, draws=count, seed=seed + start)
 
 
 def _message(
@@ -365,18 +492,22 @@ def _message(
     error: float,
     probability: float,
     max_ladder_ratio: float | None,
-    draws: int,
 ) -> str:
     shape = (
         f"{len(chosen.budgets)} budgets a factor 2 apart ({min(chosen.budgets):.3g} to "
         f"{max(chosen.budgets):.3g} FLOPs, {chosen.span:.0f}x) with {chosen.seeds} seed(s) a size: "
         f"{chosen.runs} runs, {chosen.ladder_flops:.3g} FLOPs, {chosen.ratio:.2f}x the target's"
     )
+    assert chosen.probability_interval is not None
+    low, high = chosen.probability_interval
+    rate = (
+        f"{chosen.probability:.0%} of {chosen.draws} synthetic draws ({PASS_CONFIDENCE:.0%} interval "
+        f"[{low:.0%}, {high:.0%}])"
+    )
     if reachable:
         return (
-            f"{shape}. Its forecast landed within {error:.2%} in {chosen.probability:.0%} of {draws} "
-            f"synthetic draws (at least {probability:.0%} asked), the law exactly true: a curve that bends "
-            "past the ladder adds its own error."
+            f"{shape}. Its forecast landed within {error:.2%} in {rate}, clear of the {probability:.0%} "
+            "asked; the law exactly true: a curve that bends past the ladder adds its own error."
         )
     within = "" if max_ladder_ratio is None else f" within {max_ladder_ratio:g}x the target's FLOPs"
     if not affordable:
@@ -385,11 +516,18 @@ def _message(
             f"No candidate ladder fits{within}: the cheapest costs {cheapest.ratio:.2f}x the target's FLOPs. "
             f"Allow more compute (max_ladder_ratio) or fewer points per budget."
         )
+    undecided = [c for c in affordable if c.verdict == "undecided"]
+    unsure = (
+        f" {len(undecided)} candidate(s) stayed undecided after their draws: their pass rate's interval "
+        f"still holds {probability:.0%}."
+        if undecided
+        else ""
+    )
     return (
         f"A forecast within {error:.2%} in {probability:.0%} of draws is out of reach for these ladders"
-        f"{within}. The best, {shape}, lands within it in {chosen.probability:.0%} of {draws} draws; at "
-        f"{probability:.0%} it promises {chosen.error_at_probability:.2%}. Ask for a looser error or a lower "
-        "probability, or allow more budgets, seeds or compute, or a target nearer the ladder (extrapolation)."
+        f"{within}.{unsure} The best, {shape}, lands within it in {rate}; at {probability:.0%} it promises "
+        f"{chosen.error_at_probability:.2%}. Ask for a looser error or a lower probability, or allow more "
+        "budgets, seeds or compute, or a target nearer the ladder (extrapolation)."
     )
 
 

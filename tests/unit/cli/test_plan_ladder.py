@@ -6,11 +6,11 @@ import pytest
 
 from marin_pipelines.cli import main
 
-# scaling_forecast's recipe constants, vocabulary and target; few candidates and draws
+# scaling_forecast's recipe constants, vocabulary and target; few candidates, one batch of draws each
 ARGS = [
     "plan-ladder", "--target-budget", "1.6e13", "--vocab-size", "512", "--seq-len", "128",
     "--recipe-option", "head_dim=8", "--recipe-option", "target_steps=2048",
-    "--max-budgets", "4", "--max-seeds", "2", "--draws", "8",
+    "--max-budgets", "4", "--max-seeds", "2", "--max-draws", "40",
 ]  # fmt: skip
 
 
@@ -24,9 +24,10 @@ def test_a_reachable_accuracy_prints_the_plan(capsys):
     plan = last_json(out)
     for key in ("budgets", "points_per_budget", "seeds", "ladder_flops", "ratio", "probability", "error"):
         assert key in plan
-    assert plan["reachable"] and plan["probability"] >= 0.9 and plan["error"] == 0.05
+    assert plan["reachable"] and plan["probability_interval"][0] >= 0.9 and plan["error"] == 0.05
+    assert plan["draws"] == 40 and plan["max_draws"] == 40
     assert plan["ladder"]["recipe"] == {"name": "delphi", "head_dim": 8, "target_steps": 2048}
-    assert "budgets  span  seeds" in err and "\nplan: " in err
+    assert "budgets  span  seeds" in err and "draws  interval    verdict" in err and "\nplan: " in err
     assert err.count("budgets over") == 2 * 2  # one progress line per candidate
 
 

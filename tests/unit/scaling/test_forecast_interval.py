@@ -1,8 +1,8 @@
 """The forecast's predictive interval: its sources, and its coverage on small numbers.
 
-``bench/forecast_calibration.py`` measures coverage on hundreds of ladders; here a dozen seeded ladders of
-one shape, the Chinchilla runs and this project's recorded ladders check that the interval holds what
-it should, so a change that narrows it past the evidence fails.
+``bench/forecast_calibration.py`` measures coverage on hundreds of ladders; here 40 seeded ladders, the
+Chinchilla runs and this project's recorded ladders check that the interval holds what it should, so a
+change that narrows it past the evidence fails, and so does one that widens it past it.
 """
 
 from __future__ import annotations
@@ -17,10 +17,13 @@ import pytest
 
 from marin_pipelines.scaling import synthetic_ladder
 from marin_pipelines.scaling.forecast_interval import (
+    FLOOR_GRID,
     LEVELS,
+    birge_ratio,
     extrapolation_scale,
     floor_ranges,
     form_bias,
+    power_law_with_floor,
     predictive_intervals,
 )
 from marin_pipelines.scaling.frontier import Forecast, backtest, forecast
@@ -100,6 +103,36 @@ def test_the_floor_profile_keeps_the_true_floor_of_an_exact_frontier():
         assert high - low < 0.2 * truth  # five exact optima do bound the floor
 
 
+def likelihood_range(budgets, losses, spreads, target, level):
+    """The forecast's central interval over E weighted by exp(-chi^2 / 2) at the spreads as given."""
+    floors = np.linspace(0.0, min(losses) * (1 - 1e-3), FLOOR_GRID)
+    b, k, chi, reference = power_law_with_floor(budgets, losses, spreads, floors)
+    forecasts = floors + np.exp(b + k * (math.log(target) - reference))
+    order = np.argsort(forecasts)
+    weight = np.exp(-(chi[order] - chi.min()) / 2)
+    cumulative = np.cumsum(weight) / weight.sum()
+    return tuple(np.interp([(1 - level) / 2, (1 + level) / 2], cumulative, forecasts[order]))
+
+
+def test_a_luckily_good_fit_does_not_narrow_the_floors_range():
+    """Five optima exactly on a frontier scatter less than their spreads say (chi^2 = 0): that is luck, so
+    the range is the one the spreads give, not narrower (the Birge ratio is floored at 1: a floor of 1/4
+    halved these spreads). Optima that scatter more than their spreads are still widened."""
+    budgets = [1e18, 2e18, 4e18, 8e18, 1.6e19]
+    exact = [1.7 + 40 * c**-0.08 for c in budgets]
+    spreads = [0.003] * len(budgets)
+    for level, found in floor_ranges(budgets, exact, spreads, 1.6e20).items():
+        assert found == pytest.approx(likelihood_range(budgets, exact, spreads, 1.6e20, level), rel=1e-9)
+    assert birge_ratio(0.0, 2) == 1 and birge_ratio(1.5, 2) == 1 and birge_ratio(5.0, 0) == 1
+    wiggled = [loss * (1 + 0.01 * sign) for loss, sign in zip(exact, (1, -1, 0, -1, 1), strict=True)]
+    floors = np.linspace(0.0, min(wiggled) * (1 - 1e-3), FLOOR_GRID)
+    ratio = power_law_with_floor(budgets, wiggled, spreads, floors)[2].min() / 2
+    assert ratio > 1 and birge_ratio(ratio * 2, 2) == pytest.approx(ratio)
+    widened = [s * math.sqrt(ratio) for s in spreads]
+    for level, found in floor_ranges(budgets, wiggled, spreads, 1.6e20).items():
+        assert found == pytest.approx(likelihood_range(budgets, wiggled, widened, 1.6e20, level), rel=1e-6)
+
+
 def test_the_form_is_the_backtest_beyond_its_noise():
     assert form_bias(0.01, [0.02, -0.02, 0.0, 0.01, -0.01]) == 0  # within the resamples' spread
     assert form_bias(0.05, [0.0, 0.0]) == pytest.approx(0.05)
@@ -126,28 +159,44 @@ def test_predictive_intervals_read_the_noise_at_each_level():
     assert shaped[0.8].form[0] == pytest.approx(0.1 * 1.2816 / 1.96, rel=1e-3)  # z at 80% over z at 95%
 
 
-def test_the_interval_covers_the_truth_on_drawn_ladders():
-    """12 seeded ladders, 4 budgets over 8x with 3 seeds: the 95% interval holds the true loss in at
-    least 11 and the 80% one in at least 8 (the bench measures the rates; here, a floor)."""
-    results = [drawn(4, 3, seed) for seed in range(12)]
+def test_the_interval_covers_the_truth_on_drawn_ladders_neither_too_rarely_nor_too_often():
+    """40 seeded ladders (20 of 4 budgets over 8x, 20 of 7 over 64x, one seed): the 80% interval holds the
+    true loss in 28 to 37 of them (70-92%) and the 95% one in at least 36 (90%). Too narrow fails, and so
+    does too wide: the intervals 1.3x wider hold it in 39. Today's hold it in 35 and 40 (the Birge ratio
+    floored at 1 widened them from 30 and 36; the bench measures the rates: 91% and 99% pooled)."""
+    results = [drawn(budgets, 1, seed) for budgets in (4, 7) for seed in range(20)]
     inside = {
         level: sum(r.intervals[level].low <= t <= r.intervals[level].high for r, t in results)
         for level in LEVELS
     }
-    assert inside[0.95] >= 11 and inside[0.8] >= 8
+    assert 28 <= inside[0.8] <= 37 and inside[0.95] >= 36, inside
 
 
 @pytest.mark.parametrize("fraction", [1 / 100, 1 / 30, 1 / 10])
-def test_the_chinchilla_runs_top_optimum_lies_in_the_95_interval(fraction):
+def test_the_chinchilla_runs_top_optimum_lies_in_the_80_and_95_intervals(fraction):
     row = calibration().chinchilla(fraction)
-    low, high = row["interval_95"]
-    assert low <= row["actual"] <= high, row
+    assert row["inside"] == {"80": True, "95": True}, row
 
 
-def test_this_projects_recorded_ladders_land_in_their_95_intervals():
+# Each recorded ladder's verdict (the actual inside its 80% and 95% intervals) as the README reports it.
+# In sample (the method was designed with them in view) every actual lies in its 95% interval; out of
+# sample (recorded after issue 48, on text the method was not designed on) two of three fall below it.
+REPORTED = {
+    "demo": {"80": True, "95": True},
+    "scaling_forecast": {"80": False, "95": True},
+    "package_docs_1e12": {"80": False, "95": False},
+    "package_docs_2e12": {"80": True, "95": True},
+    "stdlib_2e12": {"80": False, "95": False},
+}
+
+
+def test_this_projects_recorded_ladders_fare_as_the_readme_reports():
+    """A change that moves any verdict, a miss into an interval as much as a hit out of one, fails until
+    the README's table says so; the out-of-sample ladders are marked so and say how they were made."""
     bench = calibration()
     records = bench.ladder_records()
-    assert {r["experiment"] for r in records} >= {"demo", "scaling_forecast"}
-    for record in records:
-        row = bench.recorded(record)
-        assert row["inside"]["95"], row
+    found = {row["ladder"]: row for row in map(bench.recorded, records)}
+    assert {name: row["inside"] for name, row in found.items()} == REPORTED
+    out_of_sample = {r["name"] for r in records if r.get("out_of_sample")}
+    assert out_of_sample == {"package_docs_1e12", "package_docs_2e12", "stdlib_2e12"}
+    assert all(r["about"] for r in records if r.get("out_of_sample"))
