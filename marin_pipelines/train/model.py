@@ -4,12 +4,16 @@ Token embedding -> n_layers x [RMSNorm -> grouped-query causal attention with Ro
 QK-norm) -> residual, RMSNorm -> SwiGLU MLP (or, with ``moe``, a mixture of SwiGLU experts: ``moe.py``)
 -> residual] -> final RMSNorm -> LM head (or the tied embedding). Parameters are float32; matmuls run in
 ``dtype`` (bfloat16 on TPU/GPU); logits are float32.
+
+``Llama.cached`` is the same model reading and writing a key/value cache (``KVCache``): each row of a batch
+is one sequence at its own positions, so a batch of prompts is prefilled and then decoded a token at a time
+(marin_pipelines/inference/ drives it).
 """
 
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -182,6 +186,24 @@ def _out_std(config: LlamaConfig) -> float:
     return INIT_STD / math.sqrt(2 * config.n_layers)
 
 
+class KVCache(NamedTuple):
+    """Each layer's keys (after RoPE) and values, ``[rows, max_len, n_kv_heads, head_dim]`` in the compute
+    dtype: row r holds one sequence's positions 0..max_len-1. What lies past a row's length is stale and
+    never attended to (a query at position p sees keys 0..p)."""
+
+    k: tuple[jax.Array, ...]
+    v: tuple[jax.Array, ...]
+
+    @classmethod
+    def empty(cls, config: LlamaConfig, rows: int, max_len: int) -> KVCache:
+        shape = (rows, max_len, config.n_kv_heads, config.head_dim)
+
+        def layers() -> tuple[jax.Array, ...]:  # arrays of their own: a step donates each
+            return tuple(jnp.zeros(shape, config.dtype) for _ in range(config.n_layers))
+
+        return cls(layers(), layers())
+
+
 class Attention(nnx.Module):
     """Grouped-query causal self-attention: n_kv_heads key/value heads shared by n_heads queries."""
 
@@ -196,7 +218,8 @@ class Attention(nnx.Module):
         self.q_norm = _norm(hd, config, rngs) if config.qk_norm else None
         self.k_norm = _norm(hd, config, rngs) if config.qk_norm else None
 
-    def __call__(self, x: jax.Array, segments: jax.Array | None = None) -> jax.Array:
+    def _qkv(self, x: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+        """Queries, keys and values of x[B, T, d] as [B, T, heads, head_dim], QK-normed, before RoPE."""
         c = self.config
         batch, seq_len, _ = x.shape
         q = self.wq(x).reshape(batch, seq_len, c.n_heads, c.head_dim)
@@ -204,6 +227,12 @@ class Attention(nnx.Module):
         v = self.wv(x).reshape(batch, seq_len, c.n_kv_heads, c.head_dim)
         if self.q_norm is not None and self.k_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
+        return q, k, v
+
+    def __call__(self, x: jax.Array, segments: jax.Array | None = None) -> jax.Array:
+        c = self.config
+        batch, seq_len, _ = x.shape
+        q, k, v = self._qkv(x)
         if segments is None:
             q, k = apply_rope(q, c.rope_theta), apply_rope(k, c.rope_theta)
             out = jax.nn.dot_product_attention(  # [B, T, n_heads, head_dim]
@@ -215,6 +244,25 @@ class Attention(nnx.Module):
             same = (segments[:, :, None] == segments[:, None, :])[:, None]  # [B, 1, T, T]
             out = jax.nn.dot_product_attention(q, k, v, mask=same, is_causal=True)
         return self.wo(out.reshape(batch, seq_len, c.n_heads * c.head_dim))
+
+    def cached(
+        self, x: jax.Array, positions: jax.Array, k_cache: jax.Array, v_cache: jax.Array
+    ) -> tuple[jax.Array, jax.Array, jax.Array]:
+        """x[B, T, d] at ``positions[B, T]`` of each row's sequence: their keys and values are written into
+        the caches at those positions (past the cache's end: dropped), and each query attends to its row's
+        cached keys up to its own position. Returns the output and both caches."""
+        c = self.config
+        batch, seq_len, _ = x.shape
+        q, k, v = self._qkv(x)
+        q, k = apply_rope(q, c.rope_theta, positions), apply_rope(k, c.rope_theta, positions)
+        rows = jnp.arange(batch)[:, None]
+        k_cache = k_cache.at[rows, positions].set(k.astype(k_cache.dtype), mode="drop")
+        v_cache = v_cache.at[rows, positions].set(v.astype(v_cache.dtype), mode="drop")
+        seen = jnp.arange(k_cache.shape[1])[None, None, :] <= positions[:, :, None]  # [B, T, max_len]
+        out = jax.nn.dot_product_attention(
+            q, k_cache.astype(q.dtype), v_cache.astype(q.dtype), mask=seen[:, None]
+        )
+        return self.wo(out.reshape(batch, seq_len, c.n_heads * c.head_dim)), k_cache, v_cache
 
 
 class SwiGLU(nnx.Module):
@@ -260,10 +308,20 @@ class Block(nnx.Module):
         self, x: jax.Array, segments: jax.Array | None = None
     ) -> tuple[jax.Array, RouterStats | None]:
         x = x + self.attn(self.attn_norm(x), segments)
-        if isinstance(self.mlp, MoE):  # padding (segment 0) is not routed
-            y, stats = self.mlp(self.mlp_norm(x), None if segments is None else segments > 0)
+        return self._mlp(x, None if segments is None else segments > 0)  # padding (segment 0) not routed
+
+    def _mlp(self, x: jax.Array, valid: jax.Array | None) -> tuple[jax.Array, RouterStats | None]:
+        if isinstance(self.mlp, MoE):
+            y, stats = self.mlp(self.mlp_norm(x), valid)
             return x + y, stats
         return x + self.mlp(self.mlp_norm(x)), None
+
+    def cached(
+        self, x: jax.Array, positions: jax.Array, valid: jax.Array, k_cache: jax.Array, v_cache: jax.Array
+    ) -> tuple[jax.Array, jax.Array, jax.Array]:
+        """The block over cached attention (``Attention.cached``); positions not ``valid`` are not routed."""
+        out, k_cache, v_cache = self.attn.cached(self.attn_norm(x), positions, k_cache, v_cache)
+        return self._mlp(x + out, valid)[0], k_cache, v_cache
 
 
 class Llama(nnx.Module):
@@ -298,6 +356,23 @@ class Llama(nnx.Module):
             x, stats = block(x, segments)
             if stats is not None:
                 routing[layer] = stats
+        return self._logits(x), routing
+
+    def cached(
+        self, tokens: jax.Array, positions: jax.Array, valid: jax.Array, cache: KVCache
+    ) -> tuple[jax.Array, KVCache]:
+        """Logits of ``tokens[B, T]`` at ``positions[B, T]`` of each row's sequence, given what ``cache``
+        holds of the positions before; the cache with their keys and values written. ``valid[B, T]`` is
+        False at padding (what pads a short prompt to the batch's length, rows that hold no sequence)."""
+        x = self.embed(tokens)
+        ks, vs = [], []
+        for block, k_cache, v_cache in zip(self.blocks, cache.k, cache.v, strict=True):
+            x, k_cache, v_cache = block.cached(x, positions, valid, k_cache, v_cache)
+            ks.append(k_cache)
+            vs.append(v_cache)
+        return self._logits(x), KVCache(tuple(ks), tuple(vs))
+
+    def _logits(self, x: jax.Array) -> jax.Array:
         x = self.final_norm(x)
         logits = self.embed.attend(x) if self.lm_head is None else self.lm_head(x)
-        return logits.astype(jnp.float32), routing
+        return logits.astype(jnp.float32)

@@ -361,7 +361,7 @@ def train(
                 meta["warm_start"] = saved.get("warm_start", {"dir": str(warm_start)})
             _check_resumable(saved, meta, out_dir)
             if start == config.steps and (recorded := _finished_summary(out_dir, start)) is not None:
-                return recorded  # a rerun would add an empty segment and time no step
+                return {**recorded, "resumed_from_step": start}  # its record stands: no step to time
             state = checkpoints.restore(start, state, shardings)
             if primary:
                 logger.info("resuming from the checkpoint of step %d in %s", start, out_dir)
