@@ -18,6 +18,7 @@ from marin_pipelines.tokenize.tokenizer import SpecialTokens, TokenizerConfig, t
 from marin_pipelines.train.checkpoint import flatten, load_checkpoint, load_params, params_sha256
 from marin_pipelines.train.export import export_hf
 from marin_pipelines.train.import_hf import import_hf, read_hf_folder
+from marin_pipelines.train.run_inputs import OtherInputs, check_inputs, given
 from marin_pipelines.train.trainer import train
 
 LLAMA = SpecialTokens(bos="<|begin_of_text|>", eos="<|eot_id|>", stop=("<|end_of_text|>",))
@@ -171,6 +172,8 @@ def test_an_imported_run_is_a_run_for_eval_sft_checkpoint_info_and_warm_start(tm
         warm_start=run,
         warm_start_optimizer=True,  # what `train --warm-start` asks by default
     )
+    with pytest.raises(OtherInputs, match="hf_model: made from"):  # train or sft into it: refused
+        check_inputs(str(run), {"data": given("cache", "cache")}, record=True)
     record = summary["warm_start"]
     assert record["optimizer"] == "fresh: the base was imported, it has no optimiser state"
     assert (
