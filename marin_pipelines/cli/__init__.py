@@ -24,6 +24,7 @@ COMMANDS = (
     "sft",
     "checkpoint_info",
     "export_hf",
+    "import_hf",
     "eval",
     "fit_scaling_law",
     "forecast",

@@ -120,22 +120,23 @@ def held(url: str, command: str) -> Iterator[None]:
 
 @contextmanager
 def new_folder(out: str, command: str, key: Any) -> Iterator[str]:
-    """Build the new folder ``out`` through a work folder beside it named by ``key`` (the command's config
-    and the identity of its inputs): a killed run, started again with the same flags and inputs, resumes
-    there, and other flags or inputs never reuse it; ``out`` appears whole, by a rename, or not at all. A
-    run refused for its input (a ValueError: a field mapping that matches nothing, a damaged file) leaves no
-    work folder behind: run again with the same flags and inputs it would be refused again."""
+    """Build the new folder ``out`` (or an empty one: the rename replaces it) through a work folder beside
+    it named by ``key`` (the command's config and the identity of its inputs): a killed run, started again
+    with the same flags and inputs, resumes there, and other flags or inputs never reuse it; ``out`` appears
+    whole, by a rename, or not at all. A run refused for its input (a ValueError: a field mapping that
+    matches nothing, a damaged file) leaves no work folder behind: run again with the same flags and inputs
+    it would be refused again."""
     from marin_pipelines.store import version_hash
 
     if "://" in out:
         raise OutputError(f"--out {out}: give a local folder (the output appears by a rename)")
     path = Path(out)
-    if path.exists():
-        raise OutputError(f"--out {out} already exists; give a new folder")
+    if _taken(path):
+        raise OutputError(f"--out {out} already exists and is no empty folder; give a new or empty folder")
     check_folder(str(path.parent), "--out")
     work = path.with_name(f".{path.name}.work-{version_hash(key)}")
     with held(out, command):  # two commands never build into one work folder
-        if path.exists():
+        if _taken(path):
             raise OutputError(f"--out {out} was made meanwhile by another command; give a new folder")
         with naming(out):
             try:
@@ -145,3 +146,8 @@ def new_folder(out: str, command: str, key: Any) -> Iterator[str]:
                 raise
             work.mkdir(exist_ok=True)  # nothing written (no document): still a folder
             os.replace(work, path)
+
+
+def _taken(path: Path) -> bool:
+    """Something is at ``path`` that a rename onto it would replace: a file, or a folder with entries."""
+    return path.is_symlink() or path.exists() and (not path.is_dir() or any(path.iterdir()))

@@ -102,10 +102,11 @@ def heldout_losses(
 
     from marin_pipelines.evals.chat_loss import chat_loss
     from marin_pipelines.tokenize.chat_data import ChatTemplate
-    from marin_pipelines.tokenize.tokenizer import TOKENIZER_FILE
+    from marin_pipelines.tokenize.tokenizer import TOKENIZER_FILE, run_special_tokens
     from marin_pipelines.train.checkpoint import load_checkpoint
 
-    chat = ChatTemplate(Tokenizer.from_str((UPath(base) / TOKENIZER_FILE).read_text()), template)
+    tokenizer = Tokenizer.from_str((UPath(base) / TOKENIZER_FILE).read_text())
+    chat = ChatTemplate(tokenizer, template, run_special_tokens(base))
     result = {}
     for name, where in (("base", base), ("sft", tuned)):
         measured = chat_loss(load_checkpoint(where)[0], chat, heldout, batch_size)

@@ -25,9 +25,16 @@ from upath import UPath
 from marin_pipelines.evals.chat_loss import chat_loss
 from marin_pipelines.evals.eval_results import bpb_tokens, evaluate_bpb_sets
 from marin_pipelines.store import is_local, local_copy
-from marin_pipelines.tokenize.chat_data import ChatTemplate
+from marin_pipelines.tokenize.chat_data import DEFAULT_TEMPLATE, ChatTemplate
 from marin_pipelines.tokenize.tokenized_cache import INFO_FILE
-from marin_pipelines.tokenize.tokenizer import TOKENIZER_FILE, load_tokenizer, token_byte_lengths
+from marin_pipelines.tokenize.tokenizer import (
+    RUN_MADE_HERE,
+    TOKENIZER_FILE,
+    SpecialTokens,
+    load_tokenizer,
+    run_special_tokens,
+    token_byte_lengths,
+)
 from marin_pipelines.train.model import Llama
 
 
@@ -110,15 +117,15 @@ def find_tokenizer(checkpoint_dir: str | os.PathLike[str]) -> UPath:
     raise FileNotFoundError(f"no {TOKENIZER_FILE} in {checkpoint_dir} or its parent; pass --tokenizer FILE")
 
 
-def read_tokenizer(path: str | os.PathLike[str]) -> Tokenizer:
+def read_tokenizer(path: str | os.PathLike[str], specials: SpecialTokens = RUN_MADE_HERE) -> Tokenizer:
     """``load_tokenizer`` of a local file, or of a copy of the file at a URL."""
     if is_local(path):
-        return load_tokenizer(path)
+        return load_tokenizer(path, specials)
     with tempfile.TemporaryDirectory() as folder:
         copy = Path(folder) / TOKENIZER_FILE
         copy.write_bytes(UPath(path).read_bytes())
         try:
-            return load_tokenizer(copy)
+            return load_tokenizer(copy, specials)
         except ValueError as e:
             raise ValueError(f"{path}: {e}") from None
 
@@ -150,11 +157,13 @@ def evaluate_checkpoint(
     chat_template: str | None = None,
     *,
     chat_tasks: bool = False,
+    specials: SpecialTokens = RUN_MADE_HERE,
 ) -> dict[str, Any]:
     """``bpb_sets`` (name -> token cache folders, whose validation split is read, or text files) and
     ``config.heldout`` in bits per byte; ``config.tasks`` through lm-eval; ``chat_sets`` (name -> chat
     JSON-lines files) as loss per assistant token through ``chat_template`` (the default one when None).
     With ``chat_tasks`` the tasks' prompts also go through that template, for a fine-tuned chat model.
+    ``specials`` are the run's special tokens (``run_special_tokens``): what texts start and end with.
     Returns lm-eval's results (``results``, ``configs``, ...; none without tasks) with a ``bpb`` section (per
     set and overall) and a ``chat`` section. ``progress`` gets a line as each part finishes: an evaluation on
     an accelerator can take hours."""
@@ -165,14 +174,14 @@ def evaluate_checkpoint(
     sets = with_heldout(bpb_sets, config)
     seq_len = model.config.seq_len
     tokens = {
-        name: np.concatenate([bpb_tokens(local_input(p), tokenizer) for p in paths])
+        name: np.concatenate([bpb_tokens(local_input(p), tokenizer, specials) for p in paths])
         for name, paths in sets.items()
     }
-    template = ChatTemplate(tokenizer, chat_template) if chat_template else ChatTemplate(tokenizer)
+    template = ChatTemplate(tokenizer, chat_template or DEFAULT_TEMPLATE, specials)
     results: dict[str, Any] = {}
     if config.tasks:
         started = time.perf_counter()
-        lm = JaxLM(model, tokenizer, batch_size, chat=template if chat_tasks else None)
+        lm = JaxLM(model, tokenizer, batch_size, chat=template if chat_tasks else None, specials=specials)
         includes = [Path(p) for p in config.include_paths]
         with tempfile.TemporaryDirectory() as work_dir:
             results = run_tasks(lm, config.tasks, includes, Path(work_dir), config.limit, chat_tasks)
@@ -231,15 +240,16 @@ def results_table(current: dict[str, float], previous: dict[str, float] | None =
 
 def load_for_eval(
     checkpoint_dir: str | os.PathLike[str], tokenizer_file: str | os.PathLike[str] | None
-) -> tuple[Llama, Tokenizer]:
-    """The model of a training directory and its tokenizer (``tokenizer_file`` or the one beside it);
-    each a local path or a URL."""
+) -> tuple[Llama, Tokenizer, SpecialTokens]:
+    """The model of a training directory, its tokenizer (``tokenizer_file`` or the one beside it) and its
+    special tokens (``run_special_tokens``); each a local path or a URL."""
     from marin_pipelines.train.checkpoint import load_checkpoint
 
-    tokenizer = read_tokenizer(tokenizer_file or find_tokenizer(checkpoint_dir))
+    specials = run_special_tokens(checkpoint_dir)
+    tokenizer = read_tokenizer(tokenizer_file or find_tokenizer(checkpoint_dir), specials)
     model, _ = load_checkpoint(checkpoint_dir)
     if tokenizer.get_vocab_size() > model.config.vocab_size:
         raise ValueError(
             f"the tokenizer has {tokenizer.get_vocab_size()} tokens, the model only {model.config.vocab_size}"
         )
-    return model, tokenizer
+    return model, tokenizer, specials

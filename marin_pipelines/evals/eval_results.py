@@ -14,7 +14,13 @@ from tokenizers import Tokenizer
 
 from marin_pipelines.tokenize.text_sources import read_chunk, text_chunks
 from marin_pipelines.tokenize.tokenized_cache import TokenCache
-from marin_pipelines.tokenize.tokenizer import EOS, TOKENIZER_FILE, tokenizer_hash
+from marin_pipelines.tokenize.tokenizer import (
+    RUN_MADE_HERE,
+    TOKENIZER_FILE,
+    SpecialTokens,
+    special_token_ids,
+    tokenizer_hash,
+)
 from marin_pipelines.train.model import Llama
 
 EVAL_BATCH_SIZE = 16  # sequences per forward pass of an evaluation, unless it is told otherwise
@@ -71,25 +77,30 @@ def evaluate_bpb(
     }
 
 
-def text_tokens(paths: list[str], tokenizer: Tokenizer) -> np.ndarray:
-    """Documents of .txt / .jsonl / .parquet files as one stream laid out as a token cache lays them out
-    (each document followed by EOS), with an EOS first so that the first document is predicted too."""
-    eos = tokenizer.token_to_id(EOS)
-    stream = [eos]
+def text_tokens(
+    paths: list[str], tokenizer: Tokenizer, specials: SpecialTokens = RUN_MADE_HERE
+) -> np.ndarray:
+    """Documents of .txt / .jsonl / .parquet files as one stream, each preceded by the run's BOS and followed
+    by its EOS (``specials``), so that the first document is predicted too. For a run made here BOS is EOS,
+    written once between documents: the stream is laid out as a token cache lays it out."""
+    ids = special_token_ids(tokenizer, specials)
+    stream = [ids.bos]
     for chunk in text_chunks(paths):
         for _, text in read_chunk(chunk):
-            stream += [*tokenizer.encode(text, add_special_tokens=False).ids, eos]
+            if stream[-1] != ids.bos:  # after a document's EOS that is not also its BOS
+                stream.append(ids.bos)
+            stream += [*tokenizer.encode(text, add_special_tokens=False).ids, ids.eos]
     return np.asarray(stream, np.int32)
 
 
-def bpb_tokens(path: str, tokenizer: Tokenizer) -> np.ndarray:
+def bpb_tokens(path: str, tokenizer: Tokenizer, specials: SpecialTokens = RUN_MADE_HERE) -> np.ndarray:
     """A bits-per-byte set: a token cache's validation split, or text files (``text_tokens``). A cache made
     with another tokenizer is refused: its ids would be read as other tokens, their bytes counted by the
-    wrong table, and the bits per byte would mean nothing."""
+    wrong table, and the bits per byte would mean nothing. Text is laid out with the run's ``specials``."""
     try:
         cache = TokenCache(path)
     except FileNotFoundError:
-        return text_tokens([path], tokenizer)
+        return text_tokens([path], tokenizer, specials)
     theirs, mine = cache.info.get("tokenizer_hash"), tokenizer_hash(tokenizer)
     if theirs != mine:
         raise ValueError(

@@ -21,7 +21,7 @@ def evaluate_launched(launch: EvalLaunch, progress: Callable[[str], None]) -> di
     """Evaluate ``launch``'s checkpoint on its sets and tasks and write the results file ``launch.out``;
     the results. ``progress`` hears a line as each part finishes."""
     config = launch.evals
-    model, tokenizer = load_for_eval(launch.checkpoint, launch.tokenizer)
+    model, tokenizer, specials = load_for_eval(launch.checkpoint, launch.tokenizer)
     results = evaluate_checkpoint(
         model,
         tokenizer,
@@ -32,6 +32,7 @@ def evaluate_launched(launch: EvalLaunch, progress: Callable[[str], None]) -> di
         config.chat,
         launch.chat_template or checkpoint_template(launch.checkpoint),
         chat_tasks=config.chat_tasks,
+        specials=specials,
     )
     write_url(launch.out, json.dumps(results, indent=2))
     return results

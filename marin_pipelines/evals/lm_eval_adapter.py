@@ -1,8 +1,9 @@
 """lm-eval-harness over our JAX checkpoints: an ``LM`` adapter, and a runner for tasks on local data.
 
-The adapter scores with the checkpoint's own tokenizer. Every text is preceded by EOS, the token that
-precedes every document in training (``tokenized_cache``), so the model sees a document start. Calls
-are batched and jitted with fixed shapes: rows are right-padded to a power-of-two length bucket
+The adapter scores with the checkpoint's own tokenizer. Every text is preceded by the run's BOS
+(``run_special_tokens``): for a run made here EOS, the token that precedes every document in training
+(``tokenized_cache``), so the model sees a document start; generation stops at the run's EOS or stop
+tokens. Calls are batched and jitted with fixed shapes: rows are right-padded to a power-of-two length bucket
 (at most ``seq_len``) and batches to ``batch_size`` rows, so there is one compile per bucket.
 The model is causal, so right padding never changes the positions that are scored.
 
@@ -34,7 +35,7 @@ from tokenizers import Tokenizer  # noqa: E402
 
 from marin_pipelines.evals.eval_results import EVAL_BATCH_SIZE  # noqa: E402
 from marin_pipelines.tokenize.chat_data import ChatTemplate  # noqa: E402
-from marin_pipelines.tokenize.tokenizer import EOS  # noqa: E402
+from marin_pipelines.tokenize.tokenizer import RUN_MADE_HERE, SpecialTokens, special_token_ids  # noqa: E402
 from marin_pipelines.train.model import Llama  # noqa: E402
 
 MIN_BUCKET = 16
@@ -79,12 +80,15 @@ class JaxLM(LM):
         tokenizer: Tokenizer,
         batch_size: int = EVAL_BATCH_SIZE,
         chat: ChatTemplate | None = None,
+        specials: SpecialTokens = RUN_MADE_HERE,
     ):
         super().__init__()
         if batch_size < 1:
             raise ValueError(f"batch_size must be positive, got {batch_size}")
         if chat is not None and chat.tokenizer.to_str() != tokenizer.to_str():
             raise ValueError("the chat template is over another tokenizer than the model's")
+        if chat is not None and chat.specials != specials:
+            raise ValueError("the chat template renders other special tokens than the model's")
         self.model = model
         self.tokenizer = tokenizer
         self.chat = chat
@@ -92,10 +96,8 @@ class JaxLM(LM):
         self.encoder = chat.tokenizer if chat is not None else tokenizer
         self.batch_size = batch_size
         self.max_length = model.config.seq_len  # input tokens per forward pass
-        eos = tokenizer.token_to_id(EOS)
-        if eos is None:
-            raise ValueError(f"the tokenizer has no {EOS!r} token")
-        self.eos_id: int = eos
+        ids = special_token_ids(tokenizer, specials)
+        self.bos_id, self.eos_id, self.stop_ids = ids.bos, ids.eos, frozenset(ids.stop)
 
     def encode(self, text: str) -> list[int]:
         return self.encoder.encode(text, add_special_tokens=False).ids
@@ -157,8 +159,8 @@ class JaxLM(LM):
         and the continuation's tokens are read off the whole text so merges across the join count."""
         stripped = context.rstrip(" ")
         continuation = context[len(stripped) :] + continuation
-        context_ids = [self.eos_id, *self.encode(stripped)]
-        whole = [self.eos_id, *self.encode(stripped + continuation)]
+        context_ids = [self.bos_id, *self.encode(stripped)]
+        whole = [self.bos_id, *self.encode(stripped + continuation)]
         split = len(context_ids) if whole[: len(context_ids)] == context_ids else len(context_ids) - 1
         return whole[:split], whole[split:]
 
@@ -174,9 +176,9 @@ class JaxLM(LM):
         return self.score(sequences, scored)
 
     def rolling_windows(self, text: str) -> list[tuple[list[int], list[int]]]:
-        """Disjoint windows of at most ``max_length`` predictions, the first after EOS: every token of
+        """Disjoint windows of at most ``max_length`` predictions, the first after BOS: every token of
         ``text`` is predicted exactly once, with as much context as the window allows."""
-        windows = get_rolling_token_windows(self.encode(text), self.eos_id, self.max_length, context_len=1)
+        windows = get_rolling_token_windows(self.encode(text), self.bos_id, self.max_length, context_len=1)
         return [make_disjoint_window(window) for window in windows]
 
     def loglikelihood_rolling(self, requests: list[Instance]) -> list[float]:
@@ -216,7 +218,7 @@ class JaxLM(LM):
         return until, max_gen
 
     def _generate(self, contexts: list[str], until: tuple[str, ...], max_gen: int) -> list[str]:
-        prompts = [[self.eos_id, *self.encode(c)][-(self.max_length - max_gen) :] for c in contexts]
+        prompts = [[self.bos_id, *self.encode(c)][-(self.max_length - max_gen) :] for c in contexts]
         length = bucket(max(map(len, prompts)) + max_gen, self.max_length)
         tokens = np.zeros((self.batch_size, length), np.int32)
         lengths = np.ones(self.batch_size, np.int32)
@@ -229,7 +231,7 @@ class JaxLM(LM):
         for _ in range(max_gen):
             new = np.asarray(_next_tokens(self.model, tokens, lengths))
             for r in np.flatnonzero(~done):
-                if new[r] == self.eos_id:
+                if new[r] in self.stop_ids:
                     done[r] = True
                     continue
                 tokens[r, lengths[r]] = new[r]

@@ -20,7 +20,8 @@ import os
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from datetime import datetime
+from typing import Any, NoReturn
 
 import fsspec
 import numpy as np
@@ -28,7 +29,7 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 from tokenizers import Tokenizer
 
 from marin_pipelines.tokenize.sequence_loader import shuffled
-from marin_pipelines.tokenize.tokenizer import BOS, EOS
+from marin_pipelines.tokenize.tokenizer import RUN_MADE_HERE, SpecialTokens
 
 ROLES = ("system", "user", "assistant")
 # Zephyr's layout, with the tokenizer's own end-of-text token closing every turn
@@ -109,16 +110,25 @@ def _conversation(line: str) -> tuple[Messages, str | None]:
 
 
 class ChatTemplate:
-    """A Hugging Face chat template (Jinja, sandboxed as ``transformers`` renders it) over one tokenizer."""
+    """A Hugging Face chat template (Jinja, sandboxed as ``transformers`` renders it) over one tokenizer,
+    whose ``bos_token`` and ``eos_token`` are the run's (``specials``: ``run_special_tokens``)."""
 
-    def __init__(self, tokenizer: Tokenizer, template: str = DEFAULT_TEMPLATE):
+    def __init__(
+        self,
+        tokenizer: Tokenizer,
+        template: str = DEFAULT_TEMPLATE,
+        specials: SpecialTokens = RUN_MADE_HERE,
+    ):
         # the template's special tokens (EOS) are the tokenizer's special ids here, unlike in plain text
         self.tokenizer = Tokenizer.from_str(tokenizer.to_str())
         self.tokenizer.encode_special_tokens = False
         self.source = template
         environment = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+        # the functions transformers gives templates (an imported model's template may call them)
+        environment.globals.update(raise_exception=_refused, strftime_now=_now)
         self.template = environment.from_string(template)
-        self.special = {"bos_token": BOS, "eos_token": EOS}
+        self.specials = specials
+        self.special = {"bos_token": specials.bos, "eos_token": specials.eos}
 
     def render(self, messages: Messages, add_generation_prompt: bool = False) -> str:
         return self.template.render(
@@ -146,6 +156,14 @@ class ChatTemplate:
             [any(s <= a and b <= e for s, e in spans) and b > a for a, b in encoding.offsets], bool
         )
         return ids, assistant
+
+
+def _refused(message: str) -> NoReturn:
+    raise ValueError(f"the chat template refuses the conversation: {message}")
+
+
+def _now(format: str) -> str:
+    return datetime.now().strftime(format)
 
 
 @dataclass(frozen=True)

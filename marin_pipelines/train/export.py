@@ -1,6 +1,7 @@
 """Export a checkpoint to Hugging Face format: ``model.safetensors`` + ``config.json`` (+ the run's
 ``tokenizer.json`` when the training directory has one, with a ``tokenizer_config.json`` naming its special
-tokens and, for a chat model, its chat template, so the folder loads and chats on its own).
+tokens (``run_special_tokens``) and, for a chat model, its chat template, and a ``generation_config.json``
+with the ids generation stops at, so the folder loads and chats on its own). ``import_hf`` is the reverse.
 
 The folder is the export's alone: ``export.json`` (written first) names the run it holds, and a folder that
 is neither empty nor an export of the same run is refused, so that the user's own files are never replaced
@@ -25,10 +26,11 @@ import fsspec
 import numpy as np
 from fsspec.implementations.local import LocalFileSystem
 from safetensors.numpy import save_file
+from tokenizers import Tokenizer
 from upath import UPath
 
 from marin_pipelines.store import is_local
-from marin_pipelines.tokenize.tokenizer import BOS, EOS, TOKENIZER_FILE
+from marin_pipelines.tokenize.tokenizer import TOKENIZER_FILE, run_special_tokens, special_token_ids
 from marin_pipelines.train.checkpoint import flatten, load_params, training_dir
 from marin_pipelines.train.model import LlamaConfig
 from marin_pipelines.train.train_config import CHAT_TEMPLATE_FILE
@@ -36,6 +38,7 @@ from marin_pipelines.train.train_config import CHAT_TEMPLATE_FILE
 WEIGHTS_FILE = "model.safetensors"
 CONFIG_FILE = "config.json"
 TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
+GENERATION_CONFIG_FILE = "generation_config.json"  # the token ids generation starts with and stops at
 EXPORT_RECORD = "export.json"  # the run (and step) the folder is an export of
 
 
@@ -66,14 +69,15 @@ def hf_config(config: LlamaConfig) -> dict[str, Any]:
     }
 
 
-def hf_tensors(params: dict[str, np.ndarray], config: LlamaConfig) -> dict[str, np.ndarray]:
-    """Our flat parameter names -> HF tensor names and layouts."""
-    tensors = {
-        "model.embed_tokens.weight": params["embed.embedding"],
-        "model.norm.weight": params["final_norm.scale"],
+def tensor_names(config: LlamaConfig) -> dict[str, tuple[str, bool]]:
+    """Our flat parameter names -> HF tensor names, and whether the tensor is stored transposed (a kernel:
+    flax keeps it (in, out), torch (out, in)). The one map both ways: ``hf_tensors`` and ``import_hf``."""
+    names = {
+        "embed.embedding": ("model.embed_tokens.weight", False),
+        "final_norm.scale": ("model.norm.weight", False),
     }
     if not config.tie_embeddings:
-        tensors["lm_head.weight"] = params["lm_head.kernel"].T
+        names["lm_head.kernel"] = ("lm_head.weight", True)
     linear = {
         "attn.wq": "self_attn.q_proj",
         "attn.wk": "self_attn.k_proj",
@@ -88,10 +92,18 @@ def hf_tensors(params: dict[str, np.ndarray], config: LlamaConfig) -> dict[str, 
         norms.update({"attn.q_norm": "self_attn.q_norm", "attn.k_norm": "self_attn.k_norm"})
     for i in range(config.n_layers):
         for ours, theirs in linear.items():
-            tensors[f"model.layers.{i}.{theirs}.weight"] = params[f"blocks.{i}.{ours}.kernel"].T
+            names[f"blocks.{i}.{ours}.kernel"] = (f"model.layers.{i}.{theirs}.weight", True)
         for ours, theirs in norms.items():
-            tensors[f"model.layers.{i}.{theirs}.weight"] = params[f"blocks.{i}.{ours}.scale"]
-    return {name: np.ascontiguousarray(array, np.float32) for name, array in tensors.items()}
+            names[f"blocks.{i}.{ours}.scale"] = (f"model.layers.{i}.{theirs}.weight", False)
+    return names
+
+
+def hf_tensors(params: dict[str, np.ndarray], config: LlamaConfig) -> dict[str, np.ndarray]:
+    """Our flat parameter names -> HF tensor names and layouts."""
+    return {
+        theirs: np.ascontiguousarray(params[ours].T if transposed else params[ours], np.float32)
+        for ours, (theirs, transposed) in tensor_names(config).items()
+    }
 
 
 def export_hf(
@@ -183,13 +195,20 @@ def write_hf(
     tokenizer = train_dir / TOKENIZER_FILE
     if tokenizer.is_file():
         (folder / TOKENIZER_FILE).write_bytes(tokenizer.read_bytes())
+        specials = run_special_tokens(train_dir)
         tokenizer_config = {
             "tokenizer_class": "PreTrainedTokenizerFast",
-            "bos_token": BOS,
-            "eos_token": EOS,
+            "bos_token": specials.bos,
+            "eos_token": specials.eos,
             "model_max_length": config.seq_len,
             "clean_up_tokenization_spaces": False,
             **({"chat_template": chat_template} if chat_template else {}),
         }
         (folder / TOKENIZER_CONFIG_FILE).write_text(json.dumps(tokenizer_config, indent=2))
+        ids = special_token_ids(Tokenizer.from_str(tokenizer.read_text()), specials)
+        generation = {
+            "bos_token_id": ids.bos,
+            "eos_token_id": list(ids.stop) if len(ids.stop) > 1 else ids.eos,
+        }
+        (folder / GENERATION_CONFIG_FILE).write_text(json.dumps(generation, indent=2))
     return hf

@@ -38,8 +38,13 @@ class OtherTokenizer(ValueError):
 
 
 def file_sha256(url: str) -> str:
+    """A file's sha256, read in blocks: a model's weights need not fit in memory (``import_hf``)."""
     fs, path = fsspec.core.url_to_fs(url)
-    return hashlib.sha256(fs.cat_file(path)).hexdigest()
+    digest = hashlib.sha256()
+    with fs.open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 24), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def text_sha256(text: str) -> str:

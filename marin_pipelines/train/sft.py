@@ -2,8 +2,9 @@
 on chat data where only the assistant's tokens count. The same trainer as pretraining, so a kill resumes
 exactly and the launcher, metrics and MFU work as they do there.
 
-The run directory gets what it needs to be used on its own: the base's ``tokenizer.json``, the chat
-template it was tuned with (``chat_template.jinja``: ``export-hf`` puts it into ``tokenizer_config.json``)
+The run directory gets what it needs to be used on its own: the base's ``tokenizer.json`` (and its special
+tokens, where the base has its own: ``special_tokens.json``), the chat template it was tuned with
+(``chat_template.jinja``: ``export-hf`` puts it into ``tokenizer_config.json``)
 and ``sft_data.json`` (conversations read, lines skipped by reason, examples cut, tokens).
 """
 
@@ -30,7 +31,7 @@ from marin_pipelines.tokenize.chat_data import (
     pack,
     read_conversations,
 )
-from marin_pipelines.tokenize.tokenizer import TOKENIZER_FILE
+from marin_pipelines.tokenize.tokenizer import TOKENIZER_FILE, run_special_tokens, save_special_tokens
 from marin_pipelines.train.distributed import is_primary
 from marin_pipelines.train.model import LlamaConfig
 from marin_pipelines.train.run_inputs import base_identity, check_inputs, files_sha256, given, text_sha256
@@ -80,7 +81,8 @@ def sft(
     if not tokenizer_file.is_file():
         raise FileNotFoundError(f"the base run {base} has no {TOKENIZER_FILE}: SFT uses the base's tokenizer")
     tokenizer = tokenizer_file.read_text()
-    chat = ChatTemplate(Tokenizer.from_str(tokenizer), template)
+    specials = run_special_tokens(base)
+    chat = ChatTemplate(Tokenizer.from_str(tokenizer), template, specials)
     stats = ChatStats()
     examples = (chat.encode(messages) for messages in read_conversations(data, stats))
     sequences = list(pack(examples, model.seq_len, stats))
@@ -114,6 +116,7 @@ def sft(
     check_inputs(str(out), inputs, record=is_primary())
     if is_primary():  # one writer of a run's files, as in `train`; after the check, as there
         write_url(str(out / TOKENIZER_FILE), tokenizer)
+        save_special_tokens(out, specials)
         write_url(str(out / CHAT_TEMPLATE_FILE), template)
         write_url(str(out / SFT_DATA_FILE), json.dumps(stats.as_dict(), indent=2))
     summary = train(model, config, batches, out, progress, on_step, packed=True, warm_start=base)

@@ -21,6 +21,9 @@ METRICS_FILE = "metrics.jsonl"  # one line per step
 LOSS_CURVE_FILE = "loss_curve.png"
 STARTED_FILE = "started.json"  # when the run first started, kept across resumes: what a forecast precedes
 CHAT_TEMPLATE_FILE = "chat_template.jinja"  # a fine-tuned run's chat template (export-hf ships it)
+# the record of a run imported from Hugging Face (import_hf), not trained: in train.json's summary and in
+# its checkpoint's configs
+IMPORTED = "imported"
 # Where a run computes, not what it computes: a checkpoint resumes on another mesh, device count or process
 # count, with or without FSDP, and ``peak_flops`` only changes the MFU. Marked so, a field is left out of a
 # step's version (steps.versioned_config): the same run on another layout is the same output.

@@ -26,21 +26,23 @@ import numpy as np
 from marin_pipelines.train.checkpoint import Checkpoints, flatten, params_sha256, training_dir, unflatten
 from marin_pipelines.train.moe import expert_axis
 from marin_pipelines.train.optimizer import warm_optimizer_state
-from marin_pipelines.train.train_config import CHECKPOINTS_DIR
+from marin_pipelines.train.train_config import CHECKPOINTS_DIR, IMPORTED
 
 OPTIMIZER = "opt_state"  # the optimiser's leaves in a checkpoint's training state
 
 
 def read_base(base: str | os.PathLike[str], optimizer: bool) -> tuple[int, dict[str, dict], dict[str, Any]]:
     """The base's latest checkpoint: its step, its flat items (``params``, and ``state`` with the optimiser
-    when ``optimizer``) and the configs that wrote it."""
+    when ``optimizer`` and the base was trained, not imported by ``import_hf``) and the configs that wrote
+    it."""
     base = training_dir(base)
     with Checkpoints(base / CHECKPOINTS_DIR) as checkpoints:
         step = checkpoints.latest_step()
         if step is None:
             raise FileNotFoundError(f"warm start: no complete checkpoint in {base}")
-        items = ("params", "state") if optimizer else ("params",)
-        return step, checkpoints.restore_flat(step, items), checkpoints.meta(step)
+        meta = checkpoints.meta(step)
+        items = ("params", "state") if optimizer and IMPORTED not in meta else ("params",)
+        return step, checkpoints.restore_flat(step, items), meta
 
 
 def _take(name: str, mine: np.ndarray, theirs: np.ndarray, where: str) -> tuple[np.ndarray, bool]:
@@ -94,7 +96,9 @@ def warm_state(
     record: dict[str, Any] = {"dir": str(base), "step": step, "params_sha256": params_sha256(base_params)}
     record |= {key: report[key] for key in ("loaded", "widened", "new", "dropped")}
     opt_state = state["opt_state"]
-    if optimizer:
+    if optimizer and IMPORTED in meta:  # a model brought in from Hugging Face has no optimiser state
+        record["optimizer"] = "fresh: the base was imported, it has no optimiser state"
+    elif optimizer:
         theirs = meta.get("train", {}).get("optimizer", "adamw")
         if theirs != optimizer_name:
             raise ValueError(

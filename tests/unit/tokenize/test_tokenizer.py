@@ -115,3 +115,46 @@ def test_config_validation_names_the_field() -> None:
         TokenizerConfig(min_frequency=0)
     with pytest.raises(ValidationError, match="vocab\n  Extra inputs are not permitted"):
         TokenizerConfig(vocab=4096)
+
+
+def test_a_runs_special_tokens_are_the_defaults_unless_its_folder_records_others(tmp_path: Path) -> None:
+    """A run made here has no special_tokens.json; an imported one records its own, and a tokenizer that
+    lacks EOS loads with them (and is refused, naming the token, without them)."""
+    from tokenizers import decoders
+
+    from marin_pipelines.tokenize.tokenizer import (
+        BOS,
+        SPECIAL_TOKENS_FILE,
+        SpecialTokens,
+        run_special_tokens,
+        save_special_tokens,
+        special_token_ids,
+    )
+
+    assert run_special_tokens(tmp_path) == SpecialTokens() == SpecialTokens(bos=BOS, eos=EOS, stop=())
+    save_special_tokens(tmp_path, SpecialTokens())
+    assert not (tmp_path / SPECIAL_TOKENS_FILE).exists()  # the defaults need no file
+
+    llama = Tokenizer(models.BPE())
+    llama.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    llama.decoder = decoders.ByteLevel()
+    llama.add_special_tokens(["<|begin_of_text|>", "<|end_of_text|>", "<|eot_id|>"])
+    llama.add_tokens(list(pre_tokenizers.ByteLevel.alphabet()))
+    llama.save(str(tmp_path / "tokenizer.json"))
+    with pytest.raises(ValueError, match="has no '<\\|endoftext\\|>' token"):
+        load_tokenizer(tmp_path)
+
+    specials = SpecialTokens(
+        bos="<|begin_of_text|>", eos="<|eot_id|>", stop=("<|end_of_text|>", "<|eot_id|>")
+    )
+    save_special_tokens(tmp_path, specials)
+    assert run_special_tokens(tmp_path) == specials
+    loaded = load_tokenizer(tmp_path, run_special_tokens(tmp_path))
+    ids = special_token_ids(loaded, specials)
+    assert (ids.bos, ids.eos, ids.stop) == (0, 2, (2, 1))  # eos first, each stop once
+    with pytest.raises(ValueError, match="has no '<\\|im_end\\|>' token"):
+        special_token_ids(loaded, specials.model_copy(update={"stop": ("<|im_end|>",)}))
+
+    (tmp_path / SPECIAL_TOKENS_FILE).write_text('{"bos": "", "eos": "</s>"}')
+    with pytest.raises(ValueError, match=f"{SPECIAL_TOKENS_FILE} is not a record of special tokens"):
+        run_special_tokens(tmp_path)

@@ -71,10 +71,10 @@ def hf_forward(w: dict, c: dict, tokens: np.ndarray) -> np.ndarray:
     return x @ head.T
 
 
-def short_run(out):
-    """A run of two steps in ``out``."""
+def short_run(out, **model):
+    """A run of two steps in ``out``, of MODEL with ``model``'s fields changed."""
     train(
-        MODEL,
+        MODEL.model_copy(update=model),
         TRAIN.model_copy(update={"steps": 2, "warmup_steps": 1}),
         repeating_batches,
         out,
