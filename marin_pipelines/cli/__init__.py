@@ -25,6 +25,7 @@ COMMANDS = (
     "checkpoint_info",
     "export_hf",
     "import_hf",
+    "generate",
     "eval",
     "fit_scaling_law",
     "forecast",

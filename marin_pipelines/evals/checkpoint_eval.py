@@ -29,13 +29,11 @@ from marin_pipelines.tokenize.chat_data import DEFAULT_TEMPLATE, ChatTemplate
 from marin_pipelines.tokenize.tokenized_cache import INFO_FILE
 from marin_pipelines.tokenize.tokenizer import (
     RUN_MADE_HERE,
-    TOKENIZER_FILE,
     SpecialTokens,
-    load_tokenizer,
-    run_special_tokens,
     token_byte_lengths,
 )
 from marin_pipelines.train.model import Llama
+from marin_pipelines.train.trained_run import load_run
 
 
 class EvalConfig(BaseModel):
@@ -106,28 +104,6 @@ def _content_hash(fs: fsspec.AbstractFileSystem, path: str) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
     return f"sha256:{digest.hexdigest()}"
-
-
-def find_tokenizer(checkpoint_dir: str | os.PathLike[str]) -> UPath:
-    """The ``tokenizer.json`` beside a checkpoint (a path or URL): in its directory or the one above."""
-    checkpoint_dir = UPath(checkpoint_dir)
-    for folder in (checkpoint_dir, checkpoint_dir.parent):
-        if (folder / TOKENIZER_FILE).is_file():
-            return folder / TOKENIZER_FILE
-    raise FileNotFoundError(f"no {TOKENIZER_FILE} in {checkpoint_dir} or its parent; pass --tokenizer FILE")
-
-
-def read_tokenizer(path: str | os.PathLike[str], specials: SpecialTokens = RUN_MADE_HERE) -> Tokenizer:
-    """``load_tokenizer`` of a local file, or of a copy of the file at a URL."""
-    if is_local(path):
-        return load_tokenizer(path, specials)
-    with tempfile.TemporaryDirectory() as folder:
-        copy = Path(folder) / TOKENIZER_FILE
-        copy.write_bytes(UPath(path).read_bytes())
-        try:
-            return load_tokenizer(copy, specials)
-        except ValueError as e:
-            raise ValueError(f"{path}: {e}") from None
 
 
 def local_input(path: str) -> str:
@@ -243,13 +219,5 @@ def load_for_eval(
 ) -> tuple[Llama, Tokenizer, SpecialTokens]:
     """The model of a training directory, its tokenizer (``tokenizer_file`` or the one beside it) and its
     special tokens (``run_special_tokens``); each a local path or a URL."""
-    from marin_pipelines.train.checkpoint import load_checkpoint
-
-    specials = run_special_tokens(checkpoint_dir)
-    tokenizer = read_tokenizer(tokenizer_file or find_tokenizer(checkpoint_dir), specials)
-    model, _ = load_checkpoint(checkpoint_dir)
-    if tokenizer.get_vocab_size() > model.config.vocab_size:
-        raise ValueError(
-            f"the tokenizer has {tokenizer.get_vocab_size()} tokens, the model only {model.config.vocab_size}"
-        )
-    return model, tokenizer, specials
+    run = load_run(checkpoint_dir, tokenizer_file)
+    return run.model, run.tokenizer, run.specials

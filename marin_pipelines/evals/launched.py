@@ -9,12 +9,10 @@ import socket
 from collections.abc import Callable
 from typing import Any
 
-from upath import UPath
-
 from marin_pipelines.evals.checkpoint_eval import evaluate_checkpoint, load_for_eval, scores
 from marin_pipelines.evals.launch_config import EvalLaunch
 from marin_pipelines.store import write_url
-from marin_pipelines.train.train_config import CHAT_TEMPLATE_FILE
+from marin_pipelines.train.trained_run import checkpoint_template
 
 
 def evaluate_launched(launch: EvalLaunch, progress: Callable[[str], None]) -> dict[str, Any]:
@@ -50,9 +48,3 @@ def summary_message(results: dict[str, Any]) -> dict[str, Any]:
         "devices": f"{len(devices)} x {devices[0].device_kind}",
     }
     return {"scores": scores(results), "evaluated_on": where}
-
-
-def checkpoint_template(checkpoint: str) -> str | None:
-    """The chat template a fine-tuned run was trained with (``sft`` writes it beside its checkpoints)."""
-    path = UPath(checkpoint) / CHAT_TEMPLATE_FILE
-    return path.read_text() if path.is_file() else None

@@ -16,12 +16,14 @@ completion says how many (``truncated``). ``generate`` runs a list of requests t
 
 from __future__ import annotations
 
+import json
 import queue
 import secrets
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -29,10 +31,13 @@ import numpy as np
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from tokenizers import Tokenizer
+from upath import UPath
 
 from marin_pipelines.inference.sampling import Chosen, RowSettings, SamplingParams, choose
 from marin_pipelines.train.model import KVCache, Llama, LlamaConfig
-from marin_pipelines.train.sharding import DATA, EXPERT, MODEL, state_shardings
+from marin_pipelines.train.sharding import DATA, EXPERT, MODEL, data_mesh, state_shardings
+from marin_pipelines.train.train_config import TRAIN_FILE, TrainConfig
+from marin_pipelines.train.trained_run import TrainedRun
 
 MIN_BUCKET = 16  # the fewest positions a prefill is padded to
 
@@ -132,6 +137,12 @@ class Engine:
         self.position = np.zeros(self.slots, np.int32)  # where each slot writes its next token
         self.last = np.zeros(self.slots, np.int32)  # each slot's latest token, the next step's input
         self.wake = threading.Event()  # set by submit: a loop waiting for work goes on
+
+    @classmethod
+    def for_run(cls, run: TrainedRun, **options: Any) -> Engine:
+        """An engine for a loaded run: stopping at its end-of-text and end-of-turn tokens, on the mesh it
+        trained on where this process has the devices for it (``run_mesh``)."""
+        return cls(run.model, run.tokenizer, stop_tokens=run.ids.stop, mesh=run_mesh(run.dir), **options)
 
     # --- the compiled steps ----------------------------------------------------------------------
     def _prefill_fn(
@@ -351,6 +362,19 @@ class Engine:
             text = pending.completion.text  # type: ignore[union-attr]
             pending.on_text(text[pending.sent : settled])
             pending.sent = settled
+
+
+def run_mesh(run_dir: str) -> Mesh | None:
+    """The mesh a run trained on, where it splits the model (model or expert axes) and this process has the
+    devices it names; None (one device) otherwise."""
+    record = UPath(run_dir) / TRAIN_FILE
+    if not record.is_file():
+        return None
+    mesh = TrainConfig.model_validate(json.loads(record.read_text())["config"]).mesh
+    split = mesh.model * mesh.expert
+    if split == 1 or jax.device_count() % split:
+        return None
+    return data_mesh(mesh)
 
 
 def _first_stop(text: str, stops: Sequence[str]) -> int | None:
