@@ -19,7 +19,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "generate", help="text from a run: greedy or sampled, one JSON line a prompt"
     )
-    parser.add_argument("run_dir", metavar="RUN", help="a run folder (or URL): trained, fine-tuned or imported")
+    parser.add_argument("run_dir", metavar="RUN", help="a run folder (or URL): trained, fine-tuned, imported")
     given = parser.add_mutually_exclusive_group(required=True)
     given.add_argument("--prompt", action="append", help="a prompt (repeat for several)")
     given.add_argument(
