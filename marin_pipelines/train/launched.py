@@ -6,11 +6,14 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import jax
+
 from marin_pipelines.store import local_copy, read_url, write_url
 from marin_pipelines.tokenize.data_mixture import MixtureConfig, MixtureLoader
 from marin_pipelines.tokenize.tokenized_cache import TokenCache
 from marin_pipelines.tokenize.tokenizer import TOKENIZER_FILE
 from marin_pipelines.train.distributed import is_primary
+from marin_pipelines.train.fp8 import check_fp8
 from marin_pipelines.train.launch_config import TrainLaunch
 from marin_pipelines.train.model import LlamaConfig
 from marin_pipelines.train.run_inputs import (
@@ -20,6 +23,7 @@ from marin_pipelines.train.run_inputs import (
     text_sha256,
     warm_start_tokenizer,
 )
+from marin_pipelines.train.sharding import check_layout
 from marin_pipelines.train.trainer import train
 
 Reporters = Callable[[LlamaConfig], Sequence[Callable[[dict[str, Any]], None]]]
@@ -40,6 +44,9 @@ def train_launched(launch: TrainLaunch, reporters: Reporters = lambda model: ())
     loader = MixtureLoader.from_config(
         local_sources(run.data), str(data), model.seq_len, run.train.batch_size, run.train.seed
     )
+    check_layout(run.train, model, jax.device_count())  # a config error records nothing in the folder
+    if model.fp8:
+        check_fp8(jax.devices()[0].platform)
     tokenizer = read_url(str(data / TOKENIZER_FILE))
     notes = (
         warm_start_tokenizer(

@@ -228,3 +228,14 @@ def test_a_full_disk_or_too_little_memory_is_one_line_and_a_rerun_finishes(
     oom = subprocess.run(command, env=ENV, capture_output=True, text=True)
     assert oom.returncode == 2 and oom.stderr.count("\n") == 1, oom.stderr[-3000:]
     assert "does not fit in the device's memory" in oom.stderr
+
+
+def test_a_config_error_records_nothing_and_the_corrected_rerun_runs(config_file, token_cache, tmp_path):
+    """A mesh this machine cannot make is refused before the folder records its inputs (it recorded them,
+    then failed inside the trainer)."""
+    impossible = tmp_path / "impossible.yaml"
+    impossible.write_text(yaml.safe_dump({**RUN, "train": {**RUN["train"], "mesh": {"model": 2}}}))
+    out = tmp_path / "run"
+    assert main(train_args(impossible, token_cache, out)) == 2
+    assert not (out / INPUTS_FILE).exists() and not (out / "tokenizer.json").exists()
+    assert main(train_args(config_file, token_cache, out)) == 0
