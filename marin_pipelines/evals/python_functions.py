@@ -45,7 +45,7 @@ MODULES: dict[str, tuple[str, tuple[str, ...]]] = {
     "webbrowser": ("webbrowser", ("open", "open_new", "open_new_tab")),
     "zlib": ("zlib", ("adler32", "crc32", "decompress")),
 }
-FEWSHOT = ("os.path.split", "zlib.compress", "mimetypes.guess_type")  # the examples before each question
+FEWSHOT = ("os.path.split", "zlib.compress", "mimetypes.guess_type")  # marin_python_signature's examples
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s")
 
 

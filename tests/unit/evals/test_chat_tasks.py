@@ -123,21 +123,16 @@ def test_a_generation_task_prompts_through_the_chat_template(model, tokenizer, t
         run_tasks(JaxLM(model, tokenizer), ["marin_python_qa"], [], tmp_path / "none", 1, chat_template=True)
 
 
-def test_a_few_shot_sampled_task_prompts_a_conversation_of_its_examples(model, tokenizer, tmp_path):
-    """marin_python_doc as the SFT demo runs it: its two examples as earlier turns, the question last, the
-    assistant's turn opened; four samples of each question."""
+def test_a_sampled_task_asks_its_question_as_the_user_s_turn(model, tokenizer, tmp_path):
+    """marin_python_doc as the SFT demo runs it: the question as the user's turn, the assistant's opened;
+    four samples of each question, scored."""
     chat = ChatTemplate(tokenizer)
     lm = RecordingLM(model, tokenizer, chat=chat)
     results = run_tasks(lm, ["marin_python_doc"], [], tmp_path, limit=2, chat_template=True)
-    assert len(lm.contexts) == 8 and len(set(lm.contexts)) == 2
-    shots = (SHIPPED_TASKS_DIR / "functions_fewshot.jsonl").read_text().splitlines()
-    answers = {json.loads(shot)["doc"] for shot in shots}
-    for context in set(lm.contexts):
-        turns = context.split(EOS)
-        # two examples (a question and its answer each), the question, the assistant's turn opened
-        assert len(turns) == 6 and turns[-1] == "<|assistant|>\n"
-        assert all(turns[i].startswith("<|user|>\nQuestion: What does `") for i in (0, 2, 4))
-        assert {turns[i].removeprefix("<|assistant|>\n") for i in (1, 3)} < answers
+    functions = (SHIPPED_TASKS_DIR / "functions.jsonl").read_text().splitlines()[:2]
+    questions = [f"Question: What does `{json.loads(f)['name']}` do?\nAnswer:" for f in functions]
+    expected = [chat.render([{"role": "user", "content": q}], add_generation_prompt=True) for q in questions]
+    assert sorted(lm.contexts) == sorted(expected * 4)
     assert set(results["results"]["marin_python_doc"]) >= {"f1,samples", "f1_best,samples"}
 
 

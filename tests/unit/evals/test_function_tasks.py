@@ -97,16 +97,15 @@ def test_right_answers_score_one_and_wrong_ones_zero(tmp_path):
         "marin_python_doc": {"f1": 0.0, "f1_best": 0.0},
     }
 
-    # the prompts: few-shot examples of the other file, then the question; the doc task sampled 4 times
+    # the prompts: the signature's after one example of the few-shot file; the doc's alone, sampled 4 times
     signature = [(c, k) for c, k in lm.asked if c.endswith("(")]
     doc = [(c, k) for c, k in lm.asked if c.endswith("Answer:")]
     assert len(signature) == 45 and len(doc) == 4 * 45
-    assert all(c.count("\nSignature: ") == 4 and c.count("\n\n") == 3 for c, _ in signature)
-    assert all(c.count("Question: ") == 3 for c, _ in doc)
-    shots = [f"`{name}`" for name in FEWSHOT]
-    assert all(sum(shot in c for shot in shots) == 2 for c, _ in doc)
+    examples = [f"Signature: {name}(" for name in FEWSHOT]
+    assert all(c.count("\n\n") == 1 and sum(e in c for e in examples) == 1 for c, _ in signature)
+    assert all(c == QUESTIONS["marin_python_doc"].format(**lm.questions[c][1]) for c, _ in doc)
     assert {json.dumps(k, sort_keys=True) for _, k in signature} == {
-        json.dumps({"until": ["\n"], "max_gen_toks": 32, "do_sample": False}, sort_keys=True)
+        json.dumps({"until": ["\n"], "max_gen_toks": 24, "do_sample": False}, sort_keys=True)
     }
     assert {json.dumps(k, sort_keys=True) for _, k in doc} == {
         json.dumps(
