@@ -2,10 +2,12 @@
 
 The adapter scores with the checkpoint's own tokenizer. Every text is preceded by the run's BOS
 (``run_special_tokens``): for a run made here EOS, the token that precedes every document in training
-(``tokenized_cache``), so the model sees a document start; generation stops at the run's EOS or stop
-tokens. Calls are batched and jitted with fixed shapes: rows are right-padded to a power-of-two length bucket
-(at most ``seq_len``) and batches to ``batch_size`` rows, so there is one compile per bucket.
-The model is causal, so right padding never changes the positions that are scored.
+(``tokenized_cache``), so the model sees a document start. Log-likelihoods are batched and jitted with fixed
+shapes: rows are right-padded to a power-of-two length bucket (at most ``seq_len``) and batches to
+``batch_size`` rows, so there is one compile per bucket. The model is causal, so right padding never changes
+the positions that are scored. Generation (``generate_until``) runs on the generation engine
+(``inference/engine.py``: a KV cache, ``batch_size`` requests decoded at once, a finished one's slot
+refilled), greedy or sampled as each request's kwargs say, and stops at the run's EOS or stop tokens.
 
 With a chat template (``chat``), lm-eval can render each prompt as a conversation
 (``apply_chat_template``), as a fine-tuned chat model was trained on them. Such a model's texts are then
@@ -16,7 +18,9 @@ ending each turn) are those tokens, not plain bytes.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -30,16 +34,24 @@ import numpy as np  # noqa: E402
 from flax import nnx  # noqa: E402
 from lm_eval.api.instance import Instance  # noqa: E402
 from lm_eval.api.model import LM  # noqa: E402
+from lm_eval.models.utils import normalize_gen_kwargs  # noqa: E402
 from lm_eval.utils import get_rolling_token_windows, make_disjoint_window  # noqa: E402
+from pydantic import ValidationError  # noqa: E402
 from tokenizers import Tokenizer  # noqa: E402
 
 from marin_pipelines.evals.eval_results import EVAL_BATCH_SIZE  # noqa: E402
+from marin_pipelines.inference.engine import Engine, bucket  # noqa: E402
+from marin_pipelines.inference.sampling import SamplingParams  # noqa: E402
 from marin_pipelines.tokenize.chat_data import ChatTemplate  # noqa: E402
 from marin_pipelines.tokenize.tokenizer import RUN_MADE_HERE, SpecialTokens, special_token_ids  # noqa: E402
 from marin_pipelines.train.model import Llama  # noqa: E402
 
-MIN_BUCKET = 16
 DEFAULT_MAX_GEN_TOKS = 32
+DEFAULT_SEED = 1234  # lm-eval's own default seed: a sampled evaluation without a seed is reproducible too
+GENERATION_KWARGS = frozenset(
+    {"until", "max_gen_toks", "max_new_tokens", "max_tokens", "max_completion_tokens", "do_sample"}
+    | {"temperature", "top_p", "top_k", "seed"}
+)
 
 
 @nnx.jit
@@ -53,16 +65,13 @@ def _score(
     return jnp.where(mask, logp, 0.0).sum(axis=-1), greedy.all(axis=-1)
 
 
-@nnx.jit
-def _next_tokens(model: Llama, tokens: jax.Array, lengths: jax.Array) -> jax.Array:
-    """The greedy next token of each row, read at its last real position."""
-    logits = model(tokens)
-    return jnp.argmax(logits[jnp.arange(tokens.shape[0]), lengths - 1], axis=-1)
-
-
-def bucket(length: int, limit: int) -> int:
-    """The padded length for ``length`` tokens: the next power of two from MIN_BUCKET, capped at ``limit``."""
-    return min(limit, max(MIN_BUCKET, 1 << (max(length, 1) - 1).bit_length()))
+def copy_seed(seed: int, copy: int) -> int:
+    """The seed of the ``copy``-th copy of a request seeded ``seed``: the seed itself for the first, else a
+    hash of both, so that no copy shares its stream with another copy or with another seed's first."""
+    if copy == 0:
+        return seed
+    digest = hashlib.sha256(f"{seed}:{copy}".encode()).digest()
+    return int.from_bytes(digest[:4], "little") >> 1
 
 
 def _batches(items: Sequence[int], size: int) -> Iterator[list[int]]:
@@ -71,8 +80,9 @@ def _batches(items: Sequence[int], size: int) -> Iterator[list[int]]:
 
 
 class JaxLM(LM):
-    """A ``Llama`` checkpoint and its tokenizer as an lm-eval model: greedy, batched, jitted; with ``chat``
-    (a template over the same tokenizer) a chat model that lm-eval may prompt through its template."""
+    """A ``Llama`` checkpoint and its tokenizer as an lm-eval model: scoring batched and jitted, generating
+    (greedy or sampled) on the generation engine; with ``chat`` (a template over the same tokenizer) a chat
+    model that lm-eval may prompt through its template."""
 
     def __init__(
         self,
@@ -81,6 +91,7 @@ class JaxLM(LM):
         batch_size: int = EVAL_BATCH_SIZE,
         chat: ChatTemplate | None = None,
         specials: SpecialTokens = RUN_MADE_HERE,
+        seed: int = DEFAULT_SEED,
     ):
         super().__init__()
         if batch_size < 1:
@@ -98,6 +109,8 @@ class JaxLM(LM):
         self.max_length = model.config.seq_len  # input tokens per forward pass
         ids = special_token_ids(tokenizer, specials)
         self.bos_id, self.eos_id, self.stop_ids = ids.bos, ids.eos, frozenset(ids.stop)
+        self.seed = seed  # of sampled generations whose kwargs name none
+        self._engine: Engine | None = None
 
     def encode(self, text: str) -> list[int]:
         return self.encoder.encode(text, add_special_tokens=False).ids
@@ -195,55 +208,58 @@ class JaxLM(LM):
 
     # --- generation ------------------------------------------------------------------------------
     def generate_until(self, requests: list[Instance]) -> list[str]:
-        """Greedy continuations, cut at the first stop sequence (``until``) or ``max_gen_toks`` tokens."""
-        outputs: list[str] = [""] * len(requests)
-        groups: dict[tuple[tuple[str, ...], int], list[int]] = {}
-        for i, request in enumerate(requests):
-            groups.setdefault(self._generation_kwargs(request.args[1]), []).append(i)
-        for (until, max_gen), members in groups.items():
-            for rows in _batches(members, self.batch_size):
-                texts = self._generate([requests[i].args[0] for i in rows], until, max_gen)
-                for i, text in zip(rows, texts, strict=True):
-                    outputs[i] = text
-        return outputs
+        """Each request's continuation through the generation engine (a KV cache, requests batched
+        continuously): greedy or sampled as its generation kwargs say (``generation_settings``), ended by the
+        run's stop tokens, cut before the first ``until`` string, at most ``max_gen_toks`` tokens.
 
-    def _generation_kwargs(self, kwargs: dict[str, Any]) -> tuple[tuple[str, ...], int]:
-        if kwargs.get("do_sample") or kwargs.get("temperature", 0.0) > 0:
-            raise ValueError(f"only greedy generation is supported, got {kwargs}")
-        until = kwargs.get("until") or ()
-        until = (until,) if isinstance(until, str) else tuple(until)
-        max_gen = int(kwargs.get("max_gen_toks", DEFAULT_MAX_GEN_TOKS))
+        lm-eval asks for a task's ``repeats`` samples as that many copies of one request: each copy draws
+        from a stream of its own (``copy_seed``), the first from the request's seed, so that it is what the
+        same prompt and seed give alone (``marin-pipelines generate --seed``)."""
+        copies: Counter[tuple[str, str]] = Counter()
+        prompts, settings = [], []
+        for request in requests:
+            context, kwargs = request.args[0], request.args[1]
+            key = (context, json.dumps(kwargs, sort_keys=True, default=str))
+            settings.append(self.generation_settings(kwargs, copies[key]))
+            copies[key] += 1
+            prompts.append(self.prompt_ids(context))
+        return [completion.text for completion in self.engine.generate(prompts, settings)]
+
+    def prompt_ids(self, context: str) -> list[int]:
+        """The tokens a generation continues: the run's BOS, then the context."""
+        return [self.bos_id, *self.encode(context)]
+
+    @property
+    def engine(self) -> Engine:
+        """The model's generation engine, made at the first generation: ``batch_size`` slots."""
+        if self._engine is None:
+            self._engine = Engine(self.model, self.tokenizer, self.stop_ids, slots=self.batch_size)
+        return self._engine
+
+    def generation_settings(self, kwargs: dict[str, Any], copy: int = 0) -> SamplingParams:
+        """lm-eval's generation kwargs as the engine's settings, read as lm-eval's own models read them
+        (``normalize_gen_kwargs``): ``until``, ``max_gen_toks`` (or ``max_new_tokens``, ``max_tokens``),
+        ``do_sample``, ``temperature`` (1 when sampling without one, as Hugging Face's), ``top_p``, ``top_k``
+        and ``seed`` (the adapter's ``seed`` when none, so that a sampled evaluation gives the same scores
+        again); ``copy``: which copy of a repeated request. Other kwargs are refused."""
+        if unknown := sorted(set(kwargs) - GENERATION_KWARGS):
+            raise ValueError(
+                f"generation kwargs {unknown} are not supported; these are: {sorted(GENERATION_KWARGS)}"
+            )
+        normal = normalize_gen_kwargs(kwargs, DEFAULT_MAX_GEN_TOKS)
+        max_gen = normal["max_gen_toks"]
         if not 1 <= max_gen < self.max_length:
             raise ValueError(f"max_gen_toks must lie in [1, {self.max_length}), got {max_gen}")
-        return until, max_gen
-
-    def _generate(self, contexts: list[str], until: tuple[str, ...], max_gen: int) -> list[str]:
-        prompts = [[self.bos_id, *self.encode(c)][-(self.max_length - max_gen) :] for c in contexts]
-        length = bucket(max(map(len, prompts)) + max_gen, self.max_length)
-        tokens = np.zeros((self.batch_size, length), np.int32)
-        lengths = np.ones(self.batch_size, np.int32)
-        for r, prompt in enumerate(prompts):
-            tokens[r, : len(prompt)] = prompt
-            lengths[r] = len(prompt)
-        starts = lengths.copy()
-        done = np.arange(self.batch_size) >= len(prompts)
-        texts = [""] * len(prompts)
-        for _ in range(max_gen):
-            new = np.asarray(_next_tokens(self.model, tokens, lengths))
-            for r in np.flatnonzero(~done):
-                if new[r] in self.stop_ids:
-                    done[r] = True
-                    continue
-                tokens[r, lengths[r]] = new[r]
-                lengths[r] += 1
-                texts[r] = self.tokenizer.decode(tokens[r, starts[r] : lengths[r]].tolist())
-                done[r] = any(stop in texts[r] for stop in until)
-            if done.all():
-                break
-        return [_cut(text, until) for text in texts]
-
-
-def _cut(text: str, until: tuple[str, ...]) -> str:
-    for stop in until:
-        text = text.split(stop, 1)[0]
-    return text
+        sampled = bool(normal["do_sample"])
+        temperature = float(kwargs.get("temperature", 1.0)) if sampled else 0.0
+        try:
+            return SamplingParams(
+                max_new_tokens=max_gen,
+                temperature=temperature,
+                top_k=int(kwargs.get("top_k") or 0) if sampled else 0,
+                top_p=float(kwargs.get("top_p") or 1.0) if sampled else 1.0,
+                seed=copy_seed(self.seed if kwargs.get("seed") is None else int(kwargs["seed"]), copy),
+                stop=tuple(normal["until"]),
+            )
+        except ValidationError as e:
+            raise ValueError(f"generation kwargs {kwargs}: {e}") from None

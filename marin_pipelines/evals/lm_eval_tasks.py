@@ -19,7 +19,10 @@ if TYPE_CHECKING:  # the adapter brings lm-eval, JAX and Flax: not for who only 
     from marin_pipelines.evals.lm_eval_adapter import JaxLM
 
 SHIPPED_TASKS_DIR = Path(__file__).parent / "tasks"
-SHIPPED_TASKS = ("marin_python_mc", "marin_python_cloze", "marin_python_qa", "marin_python_text")
+# seconds per checkpoint on a CPU: what the demo runs on every evaluated checkpoint
+QUICK_TASKS = ("marin_python_mc", "marin_python_cloze", "marin_python_qa", "marin_python_text")
+FUNCTION_TASKS = ("marin_python_signature", "marin_python_doc")  # generative, from ``python_functions``
+SHIPPED_TASKS = QUICK_TASKS + FUNCTION_TASKS
 
 
 class _Function(str):

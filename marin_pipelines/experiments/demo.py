@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 
-from marin_pipelines.evals.lm_eval_tasks import SHIPPED_TASKS
+from marin_pipelines.evals.lm_eval_tasks import QUICK_TASKS
 from marin_pipelines.experiment import Experiment
 from marin_pipelines.experiments.defaults import (
     crawl_and_text,
@@ -37,7 +37,7 @@ LADDER = {
 }
 LADDER_TRAIN = {"max_epochs": 4.0, "log_every": 50}  # what the recipe leaves
 CODE_DISTRIBUTIONS = ("alembic", "click", "jinja2", "markdown", "numpy", "requests")  # pinned by the lock
-EVALS = {"tasks": list(SHIPPED_TASKS)}  # the shipped lm-eval suite: seconds per checkpoint on a CPU
+EVALS = {"tasks": list(QUICK_TASKS)}  # the shipped lm-eval tasks that take seconds per checkpoint on a CPU
 
 text = crawl_and_text("demo", warc_root=os.environ.get("MARIN_WARC_ROOT") or None)
 quality = quality_and_curation(

@@ -7,12 +7,20 @@ import json
 import numpy as np
 import pytest
 from flax import nnx
+from lm_eval.api.instance import Instance
 
 from marin_pipelines.cli import main
 from marin_pipelines.evals.lm_eval_adapter import JaxLM
 from marin_pipelines.evals.lm_eval_tasks import SHIPPED_TASKS_DIR, run_tasks
+from marin_pipelines.inference.sampling import SamplingParams
 from marin_pipelines.tokenize.chat_data import DEFAULT_TEMPLATE, ChatTemplate
-from marin_pipelines.tokenize.tokenizer import EOS, TOKENIZER_FILE, TokenizerConfig, train_tokenizer
+from marin_pipelines.tokenize.tokenizer import (
+    EOS,
+    TOKENIZER_FILE,
+    SpecialTokens,
+    TokenizerConfig,
+    train_tokenizer,
+)
 from marin_pipelines.train.model import Llama, LlamaConfig
 from marin_pipelines.train.train_config import CHAT_TEMPLATE_FILE, TrainConfig
 from marin_pipelines.train.trainer import train
@@ -53,9 +61,9 @@ class RecordingLM(JaxLM):
         super().__init__(*args, **kwargs)
         self.contexts: list[str] = []
 
-    def _generate(self, contexts: list[str], until: tuple[str, ...], max_gen: int) -> list[str]:
-        self.contexts += contexts
-        return super()._generate(contexts, until, max_gen)
+    def generate_until(self, requests: list) -> list[str]:
+        self.contexts += [request.args[0] for request in requests]
+        return super().generate_until(requests)
 
 
 def test_apply_chat_template_renders_as_the_chat_template(model, tokenizer):
@@ -113,6 +121,33 @@ def test_a_generation_task_prompts_through_the_chat_template(model, tokenizer, t
 
     with pytest.raises(ValueError, match="no chat template"):
         run_tasks(JaxLM(model, tokenizer), ["marin_python_qa"], [], tmp_path / "none", 1, chat_template=True)
+
+
+def test_a_sampled_task_asks_its_question_as_the_user_s_turn(model, tokenizer, tmp_path):
+    """marin_python_doc as the SFT demo runs it: the question as the user's turn, the assistant's opened;
+    four samples of each question, scored."""
+    chat = ChatTemplate(tokenizer)
+    lm = RecordingLM(model, tokenizer, chat=chat)
+    results = run_tasks(lm, ["marin_python_doc"], [], tmp_path, limit=2, chat_template=True)
+    functions = (SHIPPED_TASKS_DIR / "functions.jsonl").read_text().splitlines()[:2]
+    questions = [f"Question: What does `{json.loads(f)['name']}` do?\nAnswer:" for f in functions]
+    expected = [chat.render([{"role": "user", "content": q}], add_generation_prompt=True) for q in questions]
+    assert sorted(lm.contexts) == sorted(expected * 4)
+    assert set(results["results"]["marin_python_doc"]) >= {"f1,samples", "f1_best,samples"}
+
+
+def test_generation_stops_at_the_run_s_end_of_turn_token(model, tokenizer):
+    """A chat model's own end-of-turn token (an imported one's ``<|eot_id|>``) ends its answer."""
+    prompt = ChatTemplate(tokenizer).render(HISTORY, add_generation_prompt=True)
+    plain = JaxLM(model, tokenizer, chat=ChatTemplate(tokenizer))
+    free = plain.engine.generate([plain.prompt_ids(prompt)], SamplingParams(max_new_tokens=8))[0]
+    assert len(free.tokens) == 8
+    turn_end = next(t for t in free.tokens[2:] if t not in free.tokens[:2])  # one it writes 3rd or later
+    specials = SpecialTokens(stop=(tokenizer.id_to_token(turn_end),))
+    lm = JaxLM(model, tokenizer, chat=ChatTemplate(tokenizer, specials=specials), specials=specials)
+    request = Instance("generate_until", {}, (prompt, {"until": [], "max_gen_toks": 8}), 0)
+    (answer,) = lm.generate_until([request])
+    assert answer == tokenizer.decode(free.tokens[: free.tokens.index(turn_end)]) and answer != free.text
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ from marin_pipelines.evals.checkpoint_eval import (
     scores,
 )
 from marin_pipelines.evals.lm_eval_adapter import JaxLM
-from marin_pipelines.evals.lm_eval_tasks import SHIPPED_TASKS, SHIPPED_TASKS_DIR, run_tasks, task_scores
+from marin_pipelines.evals.lm_eval_tasks import QUICK_TASKS, SHIPPED_TASKS_DIR, run_tasks, task_scores
 from marin_pipelines.tokenize.tokenizer import EOS, TokenizerConfig, train_tokenizer
 from marin_pipelines.train.checkpoint import load_checkpoint
 from marin_pipelines.train.model import Llama, LlamaConfig
@@ -154,7 +154,7 @@ def greedy_direct(model: Llama, tokenizer, context: str, steps: int) -> str:
 
 
 def test_generate_until_is_greedy_and_stops(trained, tokenizer):
-    lm = JaxLM(trained, tokenizer, batch_size=2)  # 3 prompts of different lengths: padding and two batches
+    lm = JaxLM(trained, tokenizer, batch_size=2)  # 3 prompts of different lengths on 2 slots: one waits
     prompts = [
         "Question: What keyword defines a function?\nAnswer:",
         "Question: What is the capital of Italy?\nAnswer:",
@@ -169,8 +169,6 @@ def test_generate_until_is_greedy_and_stops(trained, tokenizer):
         [request("generate_until", p, {"until": ["\n"], "max_gen_toks": 12}) for p in prompts[:2]]
     )
     assert stopped == [" def", " Rome"]  # learned, and cut before the newline that follows
-    with pytest.raises(ValueError, match="greedy"):
-        lm.generate_until([request("generate_until", "x", {"do_sample": True})])
 
 
 def test_trained_model_beats_an_untrained_one(trained, untrained, tokenizer, tmp_path):
@@ -181,7 +179,7 @@ def test_trained_model_beats_an_untrained_one(trained, untrained, tokenizer, tmp
     assert after["overall"] == after["python_text"]
 
     results = {
-        name: task_scores(run_tasks(JaxLM(model, tokenizer), list(SHIPPED_TASKS), [], tmp_path / name))
+        name: task_scores(run_tasks(JaxLM(model, tokenizer), list(QUICK_TASKS), [], tmp_path / name))
         for name, model in (("untrained", untrained), ("trained", trained))
     }
     untrained_scores, trained_scores = results["untrained"], results["trained"]

@@ -1,6 +1,8 @@
 """Decontamination on real text: the standard library's docstrings as a corpus, the shipped lm-eval tasks
-as the evaluation suite, a few task items planted (verbatim and lightly edited) into it."""
+as the evaluation suite, a few task items planted (verbatim and lightly edited) into it, and the source of
+a function that a generative task asks about."""
 
+import ast
 import inspect
 import json
 
@@ -56,6 +58,8 @@ def planted(suite: list[EvalItem]) -> list[dict[str, str]]:
         {"id": "planted-text-edited", "text": f"Notes.\n{edited}\nEnd of notes."},
         {"id": "planted-text-part", "text": f"As the manual says, {part} and so on."},
         {"id": "planted-qa", "text": f"FAQ: {qa.text}"},
+        # where a generative task's answer comes from: the function's source, its docstring's first sentence
+        {"id": "planted-source", "text": inspect.getsource(ast.walk)},
     ]
 
 
@@ -68,18 +72,21 @@ def test_every_planted_item_is_removed_and_nothing_else(suite):
     assert sorted(d["id"] for d in removed) == [
         "planted-mc",
         "planted-qa",
+        "planted-source",
         "planted-text-edited",
         "planted-text-part",
     ]
-    assert len(decisions) == len(corpus) + 4  # every document decided once: 0 false positives in the corpus
+    assert len(decisions) == len(corpus) + 5  # every document decided once: 0 false positives in the corpus
     by_id = {d["id"]: d for d in removed}
     assert by_id["planted-mc"]["matched_sets"] == ["marin_python_mc"]
+    assert by_id["planted-source"]["matched_sets"] == ["marin_python_doc", "marin_python_signature"]
     assert by_id["planted-text-part"]["shared_ngram"] in " ".join(words(by_id["planted-text-part"]["text"]))
     report = contamination_report([{**d, "reason": CONTAMINATED} for d in removed], index)
-    assert report["documents"] == 4
+    assert report["documents"] == 5
     assert report["per_set"]["marin_python_text"]["documents"] == 2
     assert report["items_in_training_data"]["marin_python_text"] == ["0"]  # the reverse report: which items
-    assert report["per_set"]["marin_python_mc"]["items"] == 16 and len(report["examples"]) == 4
+    assert report["per_set"]["marin_python_mc"]["items"] == 16 and len(report["examples"]) == 5
+    assert report["items_in_training_data"]["marin_python_doc"] == ["17"]  # ast.walk
 
 
 def test_short_items_are_matched_whole_or_counted_too_short():
@@ -106,7 +113,7 @@ def test_mark_keeps_every_document_with_what_it_matched(suite):
     decisions = list(decontaminate(planted(suite) + stdlib_docstrings()[:5], index))
     assert all(reason is None for _, reason in decisions)
     marked = [doc for doc, _ in decisions if doc["matched_sets"]]
-    assert len(marked) == 4 and contamination_report((d for d, _ in decisions), index)["documents"] == 4
+    assert len(marked) == 5 and contamination_report((d for d, _ in decisions), index)["documents"] == 5
 
 
 def test_item_files_read_lines_texts_and_chats(tmp_path):
