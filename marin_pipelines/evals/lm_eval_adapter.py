@@ -109,6 +109,9 @@ class JaxLM(LM):
         self.max_length = model.config.seq_len  # input tokens per forward pass
         ids = special_token_ids(tokenizer, specials)
         self.bos_id, self.eos_id, self.stop_ids = ids.bos, ids.eos, frozenset(ids.stop)
+        # a chat model's texts are rendered conversations, encoded as fine-tuning encoded them: no BOS before
+        # (a template that wants one writes it); plain text begins with the run's BOS, as training saw it
+        self.prefix = [] if chat is not None else [ids.bos]
         self.seed = seed  # of sampled generations whose kwargs name none
         self._engine: Engine | None = None
 
@@ -172,8 +175,9 @@ class JaxLM(LM):
         and the continuation's tokens are read off the whole text so merges across the join count."""
         stripped = context.rstrip(" ")
         continuation = context[len(stripped) :] + continuation
-        context_ids = [self.bos_id, *self.encode(stripped)]
-        whole = [self.bos_id, *self.encode(stripped + continuation)]
+        start = self.prefix if stripped else [self.bos_id]  # the first token is predicted from something
+        context_ids = [*start, *self.encode(stripped)]
+        whole = [*start, *self.encode(stripped + continuation)]
         split = len(context_ids) if whole[: len(context_ids)] == context_ids else len(context_ids) - 1
         return whole[:split], whole[split:]
 
@@ -226,8 +230,9 @@ class JaxLM(LM):
         return [completion.text for completion in self.engine.generate(prompts, settings)]
 
     def prompt_ids(self, context: str) -> list[int]:
-        """The tokens a generation continues: the run's BOS, then the context."""
-        return [self.bos_id, *self.encode(context)]
+        """The tokens a generation continues: the run's BOS (not before a chat template's rendering), then
+        the context."""
+        return [*self.prefix, *self.encode(context)] or [self.bos_id]
 
     @property
     def engine(self) -> Engine:

@@ -80,6 +80,9 @@ def test_apply_chat_template_renders_as_the_chat_template(model, tokenizer):
     eos = tokenizer.token_to_id(EOS)
     assert lm.encode(rendered).count(eos) == 2
     assert eos not in JaxLM(model, tokenizer).encode(rendered)
+    # a rendered conversation is what fine-tuning encoded: no BOS before it (plain text begins with BOS)
+    assert lm.prompt_ids(rendered) == chat.tokenizer.encode(rendered, add_special_tokens=False).ids
+    assert JaxLM(model, tokenizer).prompt_ids("def")[0] == tokenizer.token_to_id(EOS)
 
     plain = JaxLM(model, tokenizer)
     with pytest.raises(ValueError, match="no chat template"):
