@@ -33,7 +33,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from tokenizers import Tokenizer
 from upath import UPath
 
-from marin_pipelines.inference.sampling import Chosen, RowSettings, SamplingParams, choose
+from marin_pipelines.inference.sampling import TOP_LOGPROBS, Chosen, RowSettings, SamplingParams, choose
 from marin_pipelines.train.model import KVCache, Llama, LlamaConfig
 from marin_pipelines.train.sharding import DATA, EXPERT, MODEL, data_mesh, state_shardings
 from marin_pipelines.train.train_config import TRAIN_FILE, TrainConfig
@@ -181,11 +181,14 @@ class Engine:
         logits, cache = model.cached(tokens[:, None], positions[:, None], active[:, None], cache)
         return cache, choose(logits[:, 0], rows)
 
-    def _score_fn(self, params: nnx.State, tokens: jax.Array) -> jax.Array:
-        """Log-probability of each token of ``tokens[b, T]`` given the ones before (position 0: 0)."""
+    def _score_fn(self, params: nnx.State, tokens: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+        """Log-probability of each token of ``tokens[b, T]`` given the ones before, and the likeliest
+        alternatives there (position 0: nothing)."""
         logits = nnx.merge(self.graphdef, params)(tokens[:, :-1])
-        logprobs = jnp.take_along_axis(jax.nn.log_softmax(logits), tokens[:, 1:, None], axis=-1)[..., 0]
-        return jnp.pad(logprobs, ((0, 0), (1, 0)))
+        logprobs = jax.nn.log_softmax(logits)
+        chosen = jnp.take_along_axis(logprobs, tokens[:, 1:, None], axis=-1)[..., 0]
+        top_logprobs, top_tokens = jax.lax.top_k(logprobs, TOP_LOGPROBS)
+        return chosen, top_tokens, top_logprobs
 
     # --- requests ----------------------------------------------------------------------------------
     def submit(
@@ -238,15 +241,21 @@ class Engine:
     def idle(self) -> bool:
         return self.waiting.empty() and all(p is None for p in self.busy)
 
-    def score(self, prompt: Sequence[int]) -> tuple[list[float], int]:
-        """Each token's log-probability given those before it (the first: 0), for ``echo``; a prompt longer
-        than the context is cut from the left, and how many tokens were cut is returned beside."""
+    def score(self, prompt: Sequence[int]) -> tuple[list[TokenLogprob], int]:
+        """Each token's log-probability given those before it (the first: 0) with the ``TOP_LOGPROBS``
+        likeliest alternatives there (the first: none), for ``echo``; a prompt longer than the context is
+        cut from the left, and how many tokens were cut is returned beside."""
         cut = max(0, len(prompt) - self.config.seq_len)
         kept = list(prompt[cut:])
         length = bucket(len(kept), self.config.seq_len) + 1
         tokens = np.zeros((1, length), np.int32)
         tokens[0, : len(kept)] = kept
-        return np.asarray(self._score(self.params, tokens))[0, : len(kept)].tolist(), cut
+        chosen, top_tokens, top_logprobs = (np.asarray(a)[0] for a in self._score(self.params, tokens))
+        scored = [TokenLogprob(kept[0], 0.0)] if kept else []
+        for i, token in enumerate(kept[1:]):
+            top = zip(top_tokens[i].tolist(), top_logprobs[i].tolist(), strict=True)
+            scored.append(TokenLogprob(token, float(chosen[i]), list(top)))
+        return scored, cut
 
     # --- the loop ----------------------------------------------------------------------------------
     def step(self) -> None:

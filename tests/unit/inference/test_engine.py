@@ -14,7 +14,7 @@ import pytest
 from flax import nnx
 
 from marin_pipelines.inference.engine import Engine, QueueFull
-from marin_pipelines.inference.sampling import RowSettings, SamplingParams, choose
+from marin_pipelines.inference.sampling import TOP_LOGPROBS, RowSettings, SamplingParams, choose
 from marin_pipelines.tokenize.tokenizer import EOS, TokenizerConfig, train_tokenizer
 from marin_pipelines.train.model import KVCache, Llama, LlamaConfig
 from marin_pipelines.train.moe import MoEConfig
@@ -152,12 +152,19 @@ def test_requests_that_cannot_run_are_refused_naming_the_field(engine):
         small.submit(PROMPTS[0], short)
 
 
-def test_score_is_the_full_forward_log_probability_of_each_token(engine):
+def test_score_is_the_full_forward_log_probability_of_each_token_with_the_likeliest_alternatives(engine):
     tokens = PROMPTS[1]
-    logprobs, cut = engine.score(tokens)
+    scored, cut = engine.score(tokens)
     full = jax.nn.log_softmax(model()(jnp.asarray([tokens])))[0]
     expected = [0.0] + [float(full[i, t]) for i, t in enumerate(tokens[1:])]
-    np.testing.assert_allclose(logprobs, expected, rtol=1e-5, atol=1e-6) and cut == 0
+    np.testing.assert_allclose([s.logprob for s in scored], expected, rtol=1e-5, atol=1e-6)
+    assert cut == 0 and [s.token for s in scored] == tokens and scored[0].top == []
+    for i, s in enumerate(scored[1:]):
+        ranked = np.argsort(-np.asarray(full[i]))[: len(s.top)]
+        assert [t for t, _ in s.top] == ranked.tolist() and len(s.top) == TOP_LOGPROBS
+        np.testing.assert_allclose([p for _, p in s.top], full[i, ranked], rtol=1e-5, atol=1e-6)
+        # the same numbers as the token's own: a greedy token is its first alternative, exactly
+        assert (s.token == s.top[0][0]) == (s.logprob == s.top[0][1])
 
 
 def generate_on_a_mesh() -> None:
