@@ -26,6 +26,7 @@ COMMANDS = (
     "export_hf",
     "import_hf",
     "generate",
+    "serve",
     "eval",
     "fit_scaling_law",
     "forecast",

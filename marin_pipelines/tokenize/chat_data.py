@@ -135,6 +135,11 @@ class ChatTemplate:
             messages=messages, add_generation_prompt=add_generation_prompt, **self.special
         )
 
+    def encode_prompt(self, messages: Messages) -> list[int]:
+        """The conversation rendered with the assistant's turn opened: what the model answers."""
+        text = self.render(messages, add_generation_prompt=True)
+        return self.tokenizer.encode(text, add_special_tokens=False).ids
+
     def encode(self, messages: Messages) -> tuple[np.ndarray, np.ndarray]:
         """Token ids of the rendered conversation and, for each, whether it is the assistant's."""
         text = self.render(messages)

@@ -80,9 +80,7 @@ class TrainedRun:
 
     def encode_chat(self, messages: Messages) -> list[int]:
         """The conversation rendered with the assistant's turn opened, as the model was fine-tuned."""
-        chat = self.chat()
-        text = chat.render(messages, add_generation_prompt=True)
-        return chat.tokenizer.encode(text, add_special_tokens=False).ids
+        return self.chat().encode_prompt(messages)
 
 
 def load_run(

@@ -14,7 +14,8 @@ PACKAGE = "marin_pipelines"
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("__init__", "cpu_limit", "lease", "config_errors", "orphans"),
     ("engine", "store", "documents", "launch_config"),
-    ("crawl", "text", "quality", "tokenize", "train", "inference", "evals", "scaling"),  # the core library
+    # the core library
+    ("crawl", "text", "quality", "tokenize", "train", "inference", "serving", "evals", "scaling"),
     ("steps", "step_runner", "experiment", "execution_record"),
     ("stages",),
     ("experiments", "process_crawl", "forecast"),
