@@ -45,7 +45,12 @@ def serve(args: argparse.Namespace) -> int:
     from marin_pipelines.serving.server import OpenAIServer, listen, run_server
     from marin_pipelines.train.trained_run import load_run
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
+    log = logging.getLogger("marin_pipelines.serving")  # one line a request, on stderr
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    log.propagate = False  # whatever configured the root logger (JAX's absl) does not print it twice
     sock = listen(args.host, args.port)  # first: a port in use fails before the model loads
     run = load_run(args.run_dir, args.tokenizer)
     engine = Engine.for_run(run, slots=args.slots, max_waiting=args.max_waiting)
