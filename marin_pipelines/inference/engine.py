@@ -128,6 +128,8 @@ class Engine:
             heads = MODEL if config.n_kv_heads % mesh.shape[MODEL] == 0 else None
             rows_spec = NamedSharding(mesh, PartitionSpec((DATA, EXPERT), None, heads, None))
             cache = jax.device_put(cache, jax.tree.map(lambda _: rows_spec, cache))
+        else:  # committed, as every cache a step returns is: else the first prefill compiles twice
+            cache = jax.device_put(cache, jax.devices()[0])
         self.params, self.cache = params, cache
         self._prefill = jax.jit(self._prefill_fn, donate_argnums=(1,))
         self._decode = jax.jit(self._decode_fn, donate_argnums=(1,))
