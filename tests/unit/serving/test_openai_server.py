@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -84,7 +85,7 @@ class Served:
         return httpx.post(self.url + path, json=body, timeout=120, **kwargs)
 
     def stop(self) -> None:
-        self.uvicorn.should_exit = True
+        self.uvicorn.should_exit = self.uvicorn.force_exit = True  # a failed test's requests may hang
         self.thread.join()
         self.server.loop.stop()
 
@@ -222,14 +223,14 @@ def test_echo_with_no_new_tokens_scores_the_prompt_as_the_engine_and_the_forward
 
 def test_lm_evals_local_completions_scores_and_generates_through_the_server(live):
     """lm-eval's own request building and parsing (LocalCompletionsAPI, its remote tokenizer on our
-    /tokenize): log-likelihoods equal the full forward pass over the tokens it sent, greedy flags its argmax,
-    generations the engine's."""
+    /tokenize, found by itself): log-likelihoods equal the full forward pass over the tokens it sent,
+    greedy flags its argmax, generations the engine's."""
     from lm_eval.api.instance import Instance
     from lm_eval.models.openai_completions import LocalCompletionsAPI
 
-    lm = LocalCompletionsAPI(
-        base_url=f"{live.url}/v1/completions", model=NAME, tokenizer_backend="remote", max_length=CONTEXT
-    )
+    # its default tokenizer backend ("auto") finds the server's tokenizer routes
+    lm = LocalCompletionsAPI(base_url=f"{live.url}/v1/completions", model=NAME, max_length=CONTEXT)
+    assert lm.tokenizer_backend == "remote"
     pairs = [("the quick brown", " fox jumps"), ("pack my box with", " five dozen liquor")]
     requests = [Instance("loglikelihood", {}, pair, i) for i, pair in enumerate(pairs)]
     results = lm.loglikelihood(requests, disable_tqdm=True)
@@ -366,6 +367,28 @@ def test_a_client_that_leaves_mid_stream_cancels_its_request():
         pending = next(p for p in engine.busy if p is not None)
         leave.set()
         thread.join()
+        wait_for(lambda: pending.cancelled, "the server to notice the client left")
+        loop.turn()
+        assert pending.completion.finish_reason == "cancelled" and len(pending.completion.tokens) < 40
+        assert engine.idle()
+    finally:
+        server.stop()
+
+
+def test_a_client_that_leaves_before_its_answer_cancels_its_request():
+    """Not streamed: the request sent over a bare socket, which is closed once the request decodes."""
+    engine = Engine(RUN.model, TOKENIZER, stop_tokens=(), slots=2)
+    server = Served(OpenAIServer(RUN, EngineLoop(engine), NAME), start_loop=False)
+    loop = server.server.loop
+    try:
+        body = json.dumps({**GREEDY, "prompt": "the quick", "max_tokens": 40}).encode()
+        head = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        port = int(server.url.rsplit(":", 1)[1])
+        with socket.create_connection(("127.0.0.1", port)) as client:
+            client.sendall(f"{head}Content-Length: {len(body)}\r\n\r\n".encode() + body)
+            wait_for(lambda: engine.waiting.qsize() == 1, "the request to queue")
+            loop.turn()  # prefilled: its first token
+            pending = next(p for p in engine.busy if p is not None)
         wait_for(lambda: pending.cancelled, "the server to notice the client left")
         loop.turn()
         assert pending.completion.finish_reason == "cancelled" and len(pending.completion.tokens) < 40
