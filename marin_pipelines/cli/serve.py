@@ -54,7 +54,8 @@ def serve(args: argparse.Namespace) -> int:
     sock = listen(args.host, args.port)  # first: a port in use fails before the model loads
     run = load_run(args.run_dir, args.tokenizer)
     engine = Engine.for_run(run, slots=args.slots, max_waiting=args.max_waiting)
-    engine.generate([[run.ids.bos]], SamplingParams(max_new_tokens=1))  # compiled before the first client
+    # a prefill and a decode step compiled before the first client (a new prompt shape still compiles)
+    engine.generate([[run.ids.bos]], SamplingParams(max_new_tokens=2))
     name = args.name or PurePosixPath(str(args.run_dir).rstrip("/")).name
     server = OpenAIServer(run, EngineLoop(engine), name, api_key)
     host, port = sock.getsockname()[:2]

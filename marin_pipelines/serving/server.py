@@ -275,7 +275,11 @@ class OpenAIServer:
         if body.stream:
             echoed = texts if body.echo else None
             return self._stream(request, generation, request_id, "text_completion", body, echoed)
-        scores = await asyncio.gather(*[self._score(p) for p in prompts]) if scored else None
+        try:
+            scores = await asyncio.gather(*[self._score(p) for p in prompts]) if scored else None
+        except BaseException:
+            generation.cancel()
+            raise
         completions = await generation.completions(request)
         if completions is None:
             return self._gone(request)
@@ -416,9 +420,9 @@ class OpenAIServer:
     ) -> Response:
         chat = kind == "chat.completion.chunk"
 
-        def chunk(index: int, text: str | None, finish: str | None = None) -> str:
+        def chunk(index: int, text: str | None = None, finish: str | None = None, role: bool = False) -> str:
             if chat:
-                delta = {} if text is None else {"content": text}
+                delta = {"role": "assistant", "content": ""} if role else {"content": text} if text else {}
                 choice = {"index": index, "delta": delta, "logprobs": None, "finish_reason": finish}
             else:
                 choice = {"index": index, "text": text or "", "logprobs": None, "finish_reason": finish}
@@ -427,21 +431,7 @@ class OpenAIServer:
         async def events() -> AsyncIterator[str]:
             try:
                 if chat:
-                    yield sse(
-                        envelope(
-                            kind,
-                            request_id,
-                            self.name,
-                            [
-                                {
-                                    "index": 0,
-                                    "delta": {"role": "assistant", "content": ""},
-                                    "logprobs": None,
-                                    "finish_reason": None,
-                                }
-                            ],
-                        )
-                    )
+                    yield chunk(0, role=True)
                 for index, text in enumerate(echoed or []):
                     yield chunk(index, text)
                 async for index, piece in generation.events():
@@ -449,10 +439,11 @@ class OpenAIServer:
                         yield chunk(index, piece)
                         continue
                     try:
-                        yield chunk(index, None, generation.completion(index).finish_reason)
-                    except BadRequest as e:
+                        finish = generation.completion(index).finish_reason
+                    except BadRequest as e:  # the engine failed
                         yield sse(error_body(str(e), e.kind))
                         return
+                    yield chunk(index, finish=finish)
                 completions = [generation.completion(i) for i in range(len(generation.pending))]
                 if body.stream_options is not None and body.stream_options.include_usage:
                     yield sse(envelope(kind, request_id, self.name, [], usage=usage(completions)))
