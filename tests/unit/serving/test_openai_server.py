@@ -11,6 +11,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import httpx
 import jax
@@ -67,7 +68,7 @@ class Served:
     ``start_loop`` is False (a test then turns it by hand)."""
 
     def __init__(self, server: OpenAIServer, start_loop: bool = True):
-        self.server, self.engine = server, server.engine
+        self.server, self.engine, self.loop = server, server.engine, server.loop
         sock = listen("127.0.0.1", 0)
         self.url = f"http://127.0.0.1:{sock.getsockname()[1]}"
         config = uvicorn.Config(server.app, log_level="warning", access_log=False, lifespan="off")
@@ -98,17 +99,28 @@ def wait_for(condition, what: str = "the condition") -> None:
         time.sleep(0.01)
 
 
-def served(**engine_options) -> tuple[Served, OpenAIServer]:
-    engine = Engine(RUN.model, TOKENIZER, stop_tokens=RUN.ids.stop, **engine_options)
-    server = OpenAIServer(RUN, EngineLoop(engine), NAME)
-    return Served(server), server
+@contextmanager
+def serving(start_loop: bool = True, api_key: str | None = None, **engine_options) -> Iterator[Served]:
+    """A served RUN on an engine of its own (``engine_options``: the run's stop tokens unless given)."""
+    engine = Engine(RUN.model, TOKENIZER, **{"stop_tokens": RUN.ids.stop, **engine_options})
+    server = Served(OpenAIServer(RUN, EngineLoop(engine), NAME, api_key=api_key), start_loop)
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 @pytest.fixture(scope="module")
 def live() -> Iterator[Served]:
-    server, _ = served(slots=4)
-    yield server
-    server.stop()
+    with serving(slots=4) as server:
+        yield server
+
+
+def ends_cancelled_at_the_next_step(server: Served, pending) -> None:
+    wait_for(lambda: pending.cancelled, "the server to notice the client left")
+    server.loop.turn()
+    assert pending.completion.finish_reason == "cancelled" and len(pending.completion.tokens) < 40
+    assert server.engine.idle()
 
 
 def full_logprobs(tokens: list[int]) -> np.ndarray:
@@ -323,31 +335,24 @@ def test_the_tokenizer_routes_lm_eval_asks_for(live):
 
 def test_a_full_queue_is_a_503_with_retry_after():
     """The loop is not started, so a first request waits in a queue of one; the second finds it full."""
-    engine = Engine(RUN.model, TOKENIZER, stop_tokens=RUN.ids.stop, max_waiting=1)
-    server = Served(OpenAIServer(RUN, EngineLoop(engine), NAME), start_loop=False)
-    try:
+    with serving(start_loop=False, max_waiting=1) as server:
         body = {**GREEDY, "prompt": "the quick", "max_tokens": 3}
         first: list[httpx.Response] = []
         waiting = threading.Thread(target=lambda: first.append(server.post("/v1/completions", body)))
         waiting.start()
-        wait_for(lambda: engine.waiting.qsize() == 1, "the first request to queue")
+        wait_for(lambda: server.engine.waiting.qsize() == 1, "the first request to queue")
         refused = server.post("/v1/completions", body)
         assert refused.status_code == 503 and refused.headers["retry-after"] == "1"
         assert "queue is full" in refused.json()["error"]["message"]
-        server.server.loop.start()
+        server.loop.start()
         waiting.join()
         assert first[0].status_code == 200 and first[0].json()["choices"][0]["finish_reason"]
-    finally:
-        server.stop()
 
 
 def test_a_client_that_leaves_mid_stream_cancels_its_request():
     """The loop is turned by hand: a stream's first piece, the client gone, its request ends as cancelled
-    at the next step, long before its max_tokens."""
-    engine = Engine(RUN.model, TOKENIZER, stop_tokens=(), slots=2)  # no stop token: it would run to 40
-    server = Served(OpenAIServer(RUN, EngineLoop(engine), NAME), start_loop=False)
-    loop = server.server.loop
-    try:
+    at the next step, long before its max_tokens (no stop token: it would run to 40)."""
+    with serving(start_loop=False, stop_tokens=(), slots=2) as server:
         got_piece, leave = threading.Event(), threading.Event()
 
         def client() -> None:
@@ -362,47 +367,32 @@ def test_a_client_that_leaves_mid_stream_cancels_its_request():
         thread = threading.Thread(target=client)
         thread.start()
         while not got_piece.is_set():
-            loop.turn()
+            server.loop.turn()
             time.sleep(0.01)
-        pending = next(p for p in engine.busy if p is not None)
+        pending = next(p for p in server.engine.busy if p is not None)
         leave.set()
         thread.join()
-        wait_for(lambda: pending.cancelled, "the server to notice the client left")
-        loop.turn()
-        assert pending.completion.finish_reason == "cancelled" and len(pending.completion.tokens) < 40
-        assert engine.idle()
-    finally:
-        server.stop()
+        ends_cancelled_at_the_next_step(server, pending)
 
 
 def test_a_client_that_leaves_before_its_answer_cancels_its_request():
     """Not streamed: the request sent over a bare socket, which is closed once the request decodes."""
-    engine = Engine(RUN.model, TOKENIZER, stop_tokens=(), slots=2)
-    server = Served(OpenAIServer(RUN, EngineLoop(engine), NAME), start_loop=False)
-    loop = server.server.loop
-    try:
+    with serving(start_loop=False, stop_tokens=(), slots=2) as server:
         body = json.dumps({**GREEDY, "prompt": "the quick", "max_tokens": 40}).encode()
         head = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
         port = int(server.url.rsplit(":", 1)[1])
         with socket.create_connection(("127.0.0.1", port)) as client:
             client.sendall(f"{head}Content-Length: {len(body)}\r\n\r\n".encode() + body)
-            wait_for(lambda: engine.waiting.qsize() == 1, "the request to queue")
-            loop.turn()  # prefilled: its first token
-            pending = next(p for p in engine.busy if p is not None)
-        wait_for(lambda: pending.cancelled, "the server to notice the client left")
-        loop.turn()
-        assert pending.completion.finish_reason == "cancelled" and len(pending.completion.tokens) < 40
-        assert engine.idle()
-    finally:
-        server.stop()
+            wait_for(lambda: server.engine.waiting.qsize() == 1, "the request to queue")
+            server.loop.turn()  # prefilled: its first token
+            pending = next(p for p in server.engine.busy if p is not None)
+        ends_cancelled_at_the_next_step(server, pending)
 
 
 def test_the_api_key_is_asked_on_every_route_and_never_written(caplog, capfd):
-    engine = Engine(RUN.model, TOKENIZER, stop_tokens=RUN.ids.stop)
-    server = Served(OpenAIServer(RUN, EngineLoop(engine), NAME, api_key=KEY))
     caplog.set_level(logging.INFO, logger="marin_pipelines.serving")
     bodies = []
-    try:
+    with serving(api_key=KEY) as server:
         routes = [
             ("GET", "/health"),
             ("GET", "/v1/models"),
@@ -430,8 +420,6 @@ def test_the_api_key_is_asked_on_every_route_and_never_written(caplog, capfd):
             headers={"Authorization": f"Bearer {KEY}"},
         )
         assert bad.status_code == 400
-    finally:
-        server.stop()
     out, err = capfd.readouterr()
     assert "POST /v1/completions 200" in caplog.text and "POST /v1/completions 401" in caplog.text
     for text in (caplog.text, out, err, *bodies):
