@@ -252,15 +252,19 @@ class OpenAIServer:
         self._check_model(body.model)
         if body.stream and body.logprobs is not None:
             raise BadRequest("logprobs: not served with stream; ask without stream", "logprobs")
-        texts, prompts = [], []
+        # a text prompt begins with the run's BOS, as training read text; its echo is the text's own tokens,
+        # the first scored on the BOS (what an in-process evaluation scores); token ids are taken as given
+        texts, prompts, added = [], [], []
         for given in body.prompts():
             if isinstance(given, str):
                 texts.append(given)
                 prompts.append(self.run.encode(given))
+                added.append(1)
             else:
                 self._check_ids(given, "prompt")
-                texts.append(self.run.tokenizer.decode(given))
+                texts.append(self.run.tokenizer.decode(given, skip_special_tokens=False))
                 prompts.append(given)
+                added.append(0)
         self._check_max_tokens(body.max_tokens, "max_tokens")
         scored = body.echo and body.logprobs is not None
         if scored and (longest := max(map(len, prompts))) + body.max_tokens > self.engine.max_len:
@@ -293,9 +297,9 @@ class OpenAIServer:
             }
             if body.logprobs is not None:
                 tokens = kept_tokens(self.run.tokenizer, done)
-                echoed = scores[index] if scores else []
+                echoed = scores[index][added[index] :] if scores else []
                 choice["logprobs"] = completion_logprobs(
-                    self.run.tokenizer, [*echoed, *tokens], first_unscored=bool(echoed)
+                    self.run.tokenizer, [*echoed, *tokens], first_unscored=bool(echoed) and not added[index]
                 )
             choices.append(choice)
         return self._respond(

@@ -215,22 +215,26 @@ def test_generated_logprobs_are_the_full_forward_passes_with_their_alternatives(
 
 
 def test_echo_with_no_new_tokens_scores_the_prompt_as_the_engine_and_the_forward_pass_do(live):
+    """A text prompt is read after the run's BOS, as training read text: its echo is the text's own tokens,
+    the first scored on the BOS (what an in-process evaluation scores). Token ids are taken as given: the
+    first has nothing before it."""
     prompt = "pack my box with five dozen"
-    answer = live.post(
-        "/v1/completions", {**GREEDY, "prompt": prompt, "max_tokens": 0, "echo": True, "logprobs": 1}
-    )
-    choice = answer.json()["choices"][0]
-    tokens = RUN.encode(prompt)
+    tokens = RUN.encode(prompt)  # the BOS, then the text's tokens
     scored, _ = REFERENCE.score(tokens)
-    assert choice["text"] == prompt and choice["logprobs"]["tokens"] == [
-        TOKENIZER.decode([t], skip_special_tokens=False) for t in tokens
-    ]
-    assert choice["logprobs"]["token_logprobs"][0] is None and choice["logprobs"]["top_logprobs"][0] is None
-    assert choice["logprobs"]["token_logprobs"][1:] == [s.logprob for s in scored[1:]]  # the same floats
-    np.testing.assert_allclose(
-        choice["logprobs"]["token_logprobs"][1:], full_logprobs(tokens), rtol=1e-5, atol=1e-5
-    )
-    assert answer.json()["usage"]["completion_tokens"] == 0
+    for given, echoed, first in ((prompt, tokens[1:], 1), (tokens, tokens, 0)):
+        answer = live.post(
+            "/v1/completions", {**GREEDY, "prompt": given, "max_tokens": 0, "echo": True, "logprobs": 1}
+        )
+        choice = answer.json()["choices"][0]
+        logprobs = choice["logprobs"]
+        assert logprobs["tokens"] == [TOKENIZER.decode([t], skip_special_tokens=False) for t in echoed]
+        assert (logprobs["token_logprobs"][0] is None) == (first == 0)
+        assert logprobs["token_logprobs"][1 - first :] == [s.logprob for s in scored[1:]]  # the same floats
+        np.testing.assert_allclose(
+            logprobs["token_logprobs"][1 - first :], full_logprobs(tokens), rtol=1e-5, atol=1e-5
+        )
+        assert answer.json()["usage"]["completion_tokens"] == 0
+    assert choice["text"] == TOKENIZER.decode(tokens, skip_special_tokens=False)
 
 
 def test_lm_evals_local_completions_scores_and_generates_through_the_server(live):
