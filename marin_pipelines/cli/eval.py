@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 from marin_pipelines.cli.outputs import check_file, held
 from marin_pipelines.cli.step_config import add_step_config, step_config
+from marin_pipelines.evals.lm_eval_tasks import SHIPPED_TASKS
 
 if TYPE_CHECKING:
     from marin_pipelines.evals.launch_config import EvalLaunch
@@ -47,8 +48,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--tasks",
         type=lambda text: [t for t in text.split(",") if t],
         default=[],
-        help="comma-separated lm-eval task names (the shipped ones: marin_python_mc, marin_python_cloze, "
-        "marin_python_qa, marin_python_text)",
+        help=f"comma-separated lm-eval task names (the shipped ones: {', '.join(SHIPPED_TASKS)})",
     )
     parser.add_argument(
         "--include-path", type=Path, action="append", default=[], help="a folder of further task YAMLs"
@@ -89,6 +89,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--batch-size", type=int, help="sequences per forward pass (default: EVAL_BATCH_SIZE)"
     )
     parser.add_argument("--limit", type=int, help="at most this many documents per task")
+    parser.add_argument(
+        "--served",
+        action="store_true",
+        help="ask the --tasks of the checkpoint behind `marin-pipelines serve` (a child on a free local "
+        "port) through lm-eval's local-completions (local-chat-completions with --chat-tasks: generative "
+        "tasks only)",
+    )
     parser.add_argument("--out", help="where to write the results (JSON): a path or URL")
     add_step_config(parser, ("checkpoint", "out"))
     parser.set_defaults(run=run)
@@ -105,6 +112,11 @@ def eval_launch(args: argparse.Namespace) -> EvalLaunch:
         raise ValueError("nothing to evaluate: give --tasks, --bpb and/or --chat")
     if args.chat_tasks and not args.tasks:
         raise ValueError("--chat-tasks runs --tasks through the chat template: give --tasks")
+    if args.served and (args.tokenizer or args.chat_template):
+        raise ValueError(
+            "--served asks the run as `serve` serves it, with its own tokenizer and chat template: "
+            "drop --tokenizer / --chat-template"
+        )
     for flag, sets in (("--bpb", args.bpb), ("--chat", args.chat)):
         names = [name for name, _ in sets]
         if len(set(names)) < len(names):
@@ -115,6 +127,7 @@ def eval_launch(args: argparse.Namespace) -> EvalLaunch:
         limit=args.limit,
         chat=dict(args.chat),
         chat_tasks=args.chat_tasks,
+        served=args.served,
     )
     return EvalLaunch(
         checkpoint=args.checkpoint,

@@ -58,6 +58,12 @@ class EvalConfig(BaseModel):
         description='held-out chat sets for loss per assistant token: name -> JSON-lines {"messages"} files',
     )
     chat_tasks: bool = Field(False, description="lm-eval tasks' prompts through the chat template")
+    served: bool = Field(
+        False,
+        description="ask the tasks of the checkpoint behind `marin-pipelines serve` on a free local port, "
+        "through lm-eval's local-completions (local-chat-completions with chat_tasks: generative tasks "
+        "only); bits-per-byte and chat loss stay in process",
+    )
 
     @field_validator("heldout", "chat")
     @classmethod
@@ -134,12 +140,15 @@ def evaluate_checkpoint(
     *,
     chat_tasks: bool = False,
     specials: SpecialTokens = RUN_MADE_HERE,
+    served_run: str | None = None,
 ) -> dict[str, Any]:
     """``bpb_sets`` (name -> token cache folders, whose validation split is read, or text files) and
     ``config.heldout`` in bits per byte; ``config.tasks`` through lm-eval; ``chat_sets`` (name -> chat
     JSON-lines files) as loss per assistant token through ``chat_template`` (the default one when None).
     With ``chat_tasks`` the tasks' prompts also go through that template, for a fine-tuned chat model.
     ``specials`` are the run's special tokens (``run_special_tokens``): what texts start and end with.
+    With ``config.served`` the tasks are asked of ``served_run`` (the run folder) behind a served child
+    (``served.py``).
     Returns lm-eval's results (``results``, ``configs``, ...; none without tasks) with a ``bpb`` section (per
     set and overall) and a ``chat`` section. ``progress`` gets a line as each part finishes: an evaluation on
     an accelerator can take hours."""
@@ -157,10 +166,16 @@ def evaluate_checkpoint(
     results: dict[str, Any] = {}
     if config.tasks:
         started = time.perf_counter()
-        lm = JaxLM(model, tokenizer, batch_size, chat=template if chat_tasks else None, specials=specials)
         includes = [Path(p) for p in config.include_paths]
         with tempfile.TemporaryDirectory() as work_dir:
-            results = run_tasks(lm, config.tasks, includes, Path(work_dir), config.limit, chat_tasks)
+            if config.served:
+                results = served_tasks(served_run, config, includes, Path(work_dir), model.config.seq_len)
+                results["chat_template"] = template.source if chat_tasks else None
+            else:
+                lm = JaxLM(
+                    model, tokenizer, batch_size, chat=template if chat_tasks else None, specials=specials
+                )
+                results = run_tasks(lm, config.tasks, includes, Path(work_dir), config.limit, chat_tasks)
         say(f"lm-eval: {len(config.tasks)} tasks in {time.perf_counter() - started:.1f} s")
     if tokens:
         token_bytes = token_byte_lengths(tokenizer)
@@ -175,6 +190,28 @@ def evaluate_checkpoint(
                 + (f"{loss:.4f} nats per assistant token" if loss is not None else measured["no_loss"])
             )
     return results
+
+
+def served_tasks(
+    run_dir: str | None, config: EvalConfig, includes: list[Path], work_dir: Path, context: int
+) -> dict[str, Any]:
+    """``config.tasks`` asked of ``run_dir`` behind a served child, with lm-eval's API models."""
+    from marin_pipelines.evals.lm_eval_tasks import run_tasks
+    from marin_pipelines.evals.served import served_lm, serving
+
+    if run_dir is None:
+        raise ValueError("evals.served: the evaluation has no run folder to serve")
+    api = "local-chat-completions" if config.chat_tasks else "local-completions"
+    with serving(run_dir, work_dir / "serve.log") as (url, name):
+        lm = served_lm(url, name, config.chat_tasks, context)
+        try:
+            results = run_tasks(lm, config.tasks, includes, work_dir, config.limit, config.chat_tasks)
+        except NotImplementedError:  # lm-eval's chat-completions model scores no log-likelihood
+            raise ValueError(
+                f"evals.served with chat_tasks asks through lm-eval's {api}, which takes generative tasks "
+                f"only: one of {config.tasks} scores log-likelihoods (serve it without chat_tasks)"
+            ) from None
+    return {**results, "served": {"api": api}}
 
 
 def scores(results: dict[str, Any]) -> dict[str, float]:

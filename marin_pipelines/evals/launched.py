@@ -31,6 +31,7 @@ def evaluate_launched(launch: EvalLaunch, progress: Callable[[str], None]) -> di
         launch.chat_template or checkpoint_template(launch.checkpoint),
         chat_tasks=config.chat_tasks,
         specials=specials,
+        served_run=launch.checkpoint,
     )
     write_url(launch.out, json.dumps(results, indent=2))
     return results

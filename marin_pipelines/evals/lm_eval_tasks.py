@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-if TYPE_CHECKING:  # the adapter brings lm-eval, JAX and Flax: not for who only lists the shipped tasks
-    from marin_pipelines.evals.lm_eval_adapter import JaxLM
+if TYPE_CHECKING:  # lm-eval is slow to import: not for who only lists the shipped tasks
+    from lm_eval.api.model import LM
 
 SHIPPED_TASKS_DIR = Path(__file__).parent / "tasks"
 # seconds per checkpoint on a CPU: what the demo runs on every evaluated checkpoint
@@ -68,7 +68,7 @@ def resolve_task_dir(source: Path, target: Path) -> Path:
 
 
 def run_tasks(
-    lm: JaxLM,
+    lm: LM,
     tasks: list[str],
     include_paths: list[Path],
     work_dir: Path,
