@@ -379,9 +379,10 @@ def run_mesh(run_dir: str) -> Mesh | None:
     """The mesh a run trained on, where it splits the model (model or expert axes) and this process has the
     devices it names; None (one device) otherwise."""
     record = UPath(run_dir) / TRAIN_FILE
-    if not record.is_file():
+    config = json.loads(record.read_text()).get("config") if record.is_file() else None
+    if config is None:  # an imported run trained nowhere
         return None
-    mesh = TrainConfig.model_validate(json.loads(record.read_text())["config"]).mesh
+    mesh = TrainConfig.model_validate(config).mesh
     split = mesh.model * mesh.expert
     if split == 1 or jax.device_count() % split:
         return None

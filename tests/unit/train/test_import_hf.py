@@ -19,6 +19,7 @@ from marin_pipelines.train.checkpoint import flatten, load_checkpoint, load_para
 from marin_pipelines.train.export import export_hf
 from marin_pipelines.train.import_hf import import_hf, read_hf_folder
 from marin_pipelines.train.run_inputs import OtherInputs, check_inputs, given
+from marin_pipelines.train.trained_run import load_run
 from marin_pipelines.train.trainer import train
 
 LLAMA = SpecialTokens(bos="<|begin_of_text|>", eos="<|eot_id|>", stop=("<|end_of_text|>",))
@@ -134,6 +135,15 @@ def test_an_imported_run_is_a_run_for_eval_sft_checkpoint_info_and_warm_start(tm
     info = json.loads(capsys.readouterr().out)
     assert info["step"] == 0 and info["checkpoints"] == [0]
     assert info["sha256"] == params_sha256(load_params(run)[1])
+
+    # generation begins a text with <|begin_of_text|> and stops at <|eot_id|> or <|end_of_text|>
+    assert main(["generate", str(run), "--prompt", "The quick", "--max-new-tokens", "5", "--chat"]) == 0
+    said = json.loads(capsys.readouterr().out)
+    assert said["finish_reason"] in ("stop", "length") and len(said["tokens"]) <= 5
+    loaded = load_run(run)
+    assert loaded.encode("x")[0] == loaded.tokenizer.token_to_id(LLAMA.bos)
+    stops = {loaded.tokenizer.token_to_id(t) for t in (LLAMA.eos, *LLAMA.stop)}
+    assert set(loaded.ids.stop) == stops and not stops & set(said["tokens"])
 
     text = tmp_path / "text.txt"
     text.write_text("The quick brown fox jumps over the lazy dog.\n")
