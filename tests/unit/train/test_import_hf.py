@@ -218,7 +218,9 @@ def test_consumers_use_the_runs_special_tokens(tmp_path):
     rendered = chat.render([{"role": "user", "content": "Hi?"}], add_generation_prompt=True)
     assert rendered.startswith("<|begin_of_text|><|start_header_id|>user")
     lm = JaxLM(model, tokenizer, chat=chat, specials=LLAMA)
-    assert lm._context_and_continuation("one", " two")[0][0] == ids.bos
+    rendered_ids = chat.tokenizer.encode(rendered, add_special_tokens=False).ids
+    assert lm.prompt_ids(rendered) == rendered_ids and rendered_ids[0] == ids.bos  # the template's own BOS
+    assert JaxLM(model, tokenizer, specials=LLAMA)._context_and_continuation("one", " two")[0][0] == ids.bos
     assert lm.stop_ids == {ids.eos, tokenizer.token_to_id("<|end_of_text|>")}
     with pytest.raises(ValueError, match="other special tokens"):
         JaxLM(model, tokenizer, chat=ChatTemplate(tokenizer, LLAMA_TEMPLATE), specials=LLAMA)

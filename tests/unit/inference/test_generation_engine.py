@@ -184,7 +184,8 @@ def test_the_engine_runs_sharded_on_the_runs_mesh():
     flags = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=4"
     env = {**os.environ, "XLA_FLAGS": flags, "JAX_PLATFORMS": "cpu"}
     here = os.path.dirname(__file__)
-    script = f"import sys; sys.path.insert(0, {here!r}); import test_engine; test_engine.generate_on_a_mesh()"
+    call = "import test_generation_engine as t; t.generate_on_a_mesh()"
+    script = f"import sys; sys.path.insert(0, {here!r}); {call}"
     out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-3000:]
     one, mesh = json.loads(out.stdout.splitlines()[-1])
