@@ -130,7 +130,7 @@ class Engine:
             cache = jax.device_put(cache, jax.tree.map(lambda _: rows_spec, cache))
         self.params, self.cache = params, cache
         self._prefill = jax.jit(self._prefill_fn, donate_argnums=(1,))
-        self._decode = jax.jit(self._decode_fn, donate_argnums=(1,))
+        self._decode = jax.jit(self._decode_fn, donate_argnums=(1,), static_argnames=("window",))
         self._score = jax.jit(self._score_fn)
         self.waiting: queue.Queue[Pending] = queue.Queue(maxsize=max_waiting)
         self.busy: list[Pending | None] = [None] * self.slots
@@ -154,16 +154,16 @@ class Engine:
         slots: jax.Array,
         rows: RowSettings,
     ) -> tuple[KVCache, Chosen]:
-        """Prompts ``tokens[b, T]`` (right-padded to ``lengths``) into cache rows ``slots`` (a slot past the
-        last: a padding row, dropped); each prompt's first generated token."""
+        """Prompts ``tokens[b, T]`` (right-padded to ``lengths``) into the first T positions of cache rows
+        ``slots`` (a slot past the last: a padding row, dropped); each prompt's first generated token."""
         model = nnx.merge(self.graphdef, params)
         positions = jnp.broadcast_to(jnp.arange(tokens.shape[1]), tokens.shape)
-        fresh = KVCache.empty(self.config, tokens.shape[0], self.max_len)
+        fresh = KVCache.empty(self.config, *tokens.shape)
         logits, fresh = model.cached(tokens, positions, positions < lengths[:, None], fresh)
         last = logits[jnp.arange(tokens.shape[0]), lengths - 1]
 
         def into(whole: jax.Array, part: jax.Array) -> jax.Array:
-            return whole.at[slots].set(part, mode="drop")
+            return whole.at[slots, : part.shape[1]].set(part, mode="drop")
 
         return jax.tree.map(into, cache, fresh), choose(last, rows)
 
@@ -175,10 +175,12 @@ class Engine:
         positions: jax.Array,
         active: jax.Array,
         rows: RowSettings,
+        window: int,
     ) -> tuple[KVCache, Chosen]:
-        """One token for every slot: ``tokens[B]`` at ``positions[B]``; the next token of each."""
+        """One token for every slot: ``tokens[B]`` at ``positions[B]`` (all below ``window``, a bucket:
+        attention reads that much of the cache); the next token of each."""
         model = nnx.merge(self.graphdef, params)
-        logits, cache = model.cached(tokens[:, None], positions[:, None], active[:, None], cache)
+        logits, cache = model.cached(tokens[:, None], positions[:, None], active[:, None], cache, window)
         return cache, choose(logits[:, 0], rows)
 
     def _score_fn(self, params: nnx.State, tokens: jax.Array) -> jax.Array:
@@ -263,6 +265,7 @@ class Engine:
             jnp.asarray(self.position),
             jnp.asarray(active),
             rows,
+            window=bucket(int(self.position[active].max()) + 1, self.max_len),
         )
         chosen = jax.device_get(chosen)
         for slot in np.flatnonzero(active):

@@ -70,6 +70,23 @@ def test_cached_decoding_gives_the_full_forward_logits_at_every_position(changes
     np.testing.assert_allclose(jnp.concatenate(steps, axis=1), full, rtol=1e-5, atol=1e-5)
 
 
+def test_attending_a_window_of_the_cache_gives_the_full_forward_logits():
+    """A decode step reads the cache's first ``window`` positions only (all a query may see), not all of
+    them: the logits are those of the whole cache."""
+    llama = model()
+    tokens = jax.random.randint(jax.random.key(2), (2, 20), 0, VOCAB)
+    full = llama(tokens)
+    cache = KVCache.empty(MODEL, rows=2, max_len=MODEL.seq_len)
+    steps = []
+    for t in range(20):
+        window = 16 if t < 16 else 32
+        logits, cache = llama.cached(
+            tokens[:, t : t + 1], jnp.full((2, 1), t), jnp.ones((2, 1), bool), cache, window=window
+        )
+        steps.append(logits)
+    np.testing.assert_allclose(jnp.concatenate(steps, axis=1), full, rtol=1e-5, atol=1e-5)
+
+
 def test_continuous_batching_gives_each_request_its_greedy_tokens_alone(engine):
     completions = engine.generate(PROMPTS, SamplingParams(max_new_tokens=9))
     llama = model()
