@@ -7,8 +7,9 @@ context 1024, random weights), as ratios to two peers measured in the same run:
   venv, a subprocess; the versions are printed);
 - the memory-bandwidth bound: a decode step must read every parameter (the LM head, not the embedding
   table, of which it takes one row a token) and each row's keys and values so far, in the compute dtype;
-  the bound is that many bytes over the copy bandwidth measured here (STREAM's count: bytes read + bytes
-  written per second, of a 512 MiB copy on the device).
+  the bound is that many bytes over the copy bandwidth measured here right before each row (STREAM's count:
+  bytes read + bytes written per second, of a 512 MiB copy on the device; the machine is shared, so a
+  figure from another moment would not compare).
 
 Decode tokens/s = batch x (N - 1) / (seconds for N new tokens - seconds for 1): the prompt's prefill and
 first token cancel out (that difference is the same for both generators); prefill tokens/s = the prompt
@@ -85,11 +86,12 @@ def engine_seconds(run_dir: Path, batches: list[int], dtype: str, repeats: int) 
             return time.perf_counter() - start
 
         seconds(NEW_TOKENS)  # compiles every shape the measurement takes
+        bandwidth = copy_bandwidth()
         first, whole = [], []
         for _ in range(repeats):
             first.append(seconds(1))
             whole.append(seconds(NEW_TOKENS))
-        out[batch] = {"first_token_seconds": min(first), "seconds": min(whole)}
+        out[batch] = {"first_token_seconds": min(first), "seconds": min(whole), "bandwidth": bandwidth}
         del engine
     return out
 
@@ -122,12 +124,12 @@ def main() -> None:
     from marin_pipelines.train.model import preset
 
     device = jax.devices()[0]
-    print(f"device: {device.platform} {device.device_kind} x{jax.device_count()}; jax {jax.__version__}, "
-          f"flax {flax.__version__}; matmuls in {args.dtype}")
+    print(
+        f"device: {device.platform} {device.device_kind} x{jax.device_count()}; jax {jax.__version__}, "
+        f"flax {flax.__version__}; matmuls in {args.dtype}"
+    )
     if not args.no_peer:
         print("peer:", json.dumps(peer("versions")))
-    bandwidth = copy_bandwidth()
-    print(f"copy bandwidth: {bandwidth / 1e9:.1f} GB/s (read + written)")
     itemsize = 2 if args.dtype == "bfloat16" else 4
     context = PROMPT_LEN + NEW_TOKENS / 2  # the mean positions a measured decode step attends
     rows = []
@@ -141,8 +143,16 @@ def main() -> None:
                 export_hf(run_dir, work / "export")
             for batch in args.batches:
                 decode, prefill = rates(ours[batch], batch)
+                bandwidth = ours[batch]["bandwidth"]
                 bound = batch * bandwidth / step_bytes(config, batch, context, itemsize)
-                row = {"size": size, "batch": batch, "decode": decode, "prefill": prefill, "bound": bound}
+                row = {
+                    "size": size,
+                    "batch": batch,
+                    "decode": decode,
+                    "prefill": prefill,
+                    "copy_GB/s": bandwidth / 1e9,
+                    "bound": bound,
+                }
                 if not args.no_peer:
                     request = {
                         "prompts": prompts_of(batch),
@@ -165,11 +175,11 @@ def print_table(rows: list[dict[str, Any]]) -> None:
         head += f"{'HF tok/s':>10}{'vs HF':>8}{'HF of bound':>13}"
     print(head + f"{'prefill tok/s':>15}" + (f"{'HF prefill':>12}" if peer_columns else ""))
     for r in rows:
-        line = f"{r['size']:<6}{r['batch']:>6}{r['decode']:>14.1f}{r['bound']:>13.1f}{r['decode'] / r['bound']:>10.0%}"
+        line = f"{r['size']:<6}{r['batch']:>6}{r['decode']:>14.1f}{r['bound']:>13.1f}"
+        line += f"{r['decode'] / r['bound']:>10.0%}"
         if peer_columns:
-            line += (
-                f"{r['hf_decode']:>10.1f}{r['decode'] / r['hf_decode']:>7.2f}x{r['hf_decode'] / r['bound']:>13.0%}"
-            )
+            line += f"{r['hf_decode']:>10.1f}{r['decode'] / r['hf_decode']:>7.2f}x"
+            line += f"{r['hf_decode'] / r['bound']:>13.0%}"
         print(line + f"{r['prefill']:>15.0f}" + (f"{r['hf_prefill']:>12.0f}" if peer_columns else ""))
 
 
