@@ -99,6 +99,22 @@ def inference_config(config: LlamaConfig) -> LlamaConfig:
     return config.model_copy(update={"moe": config.moe.model_copy(update={"dropless": True})})
 
 
+def compute_params(params: nnx.State, config: LlamaConfig) -> nnx.State:
+    """The parameters as a pass in ``config.dtype`` reads them: every matrix cast to it once, here, rather
+    than by every step (a bf16 step would read each float32 weight and write its bf16 copy before using it);
+    the norms' scales and the MoE router, which compute in float32, as they are. The model computes the
+    same numbers from either."""
+    if config.dtype == "float32":
+        return params
+    dtype = jnp.dtype(config.dtype)
+
+    def cast(path: tuple, leaf: jax.Array) -> jax.Array:
+        router = any(getattr(key, "key", None) == "router" for key in path)
+        return leaf.astype(dtype) if leaf.ndim >= 2 and not router else leaf
+
+    return jax.tree_util.tree_map_with_path(cast, params)
+
+
 class Engine:
     """Continuous batching over ``slots`` rows of one KV cache of ``max_len`` positions (default the
     model's ``seq_len``), on ``mesh`` when given (parameters split by the trainer's rules, cache rows over
@@ -121,7 +137,7 @@ class Engine:
         rows = 1 if mesh is None else mesh.shape[DATA] * mesh.shape[EXPERT]
         self.slots = -(-slots // rows) * rows
         self.graphdef = nnx.graphdef(Llama(config, nnx.Rngs(0)) if config is not model.config else model)
-        params = nnx.state(model)
+        params = compute_params(nnx.state(model), config)
         cache = KVCache.empty(config, self.slots, self.max_len)
         if mesh is not None:
             params = jax.device_put(params, state_shardings(params, mesh, fsdp=False))
