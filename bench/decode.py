@@ -1,5 +1,5 @@
 """Decode speed of the generation engine: tokens/s at batch 1 and 16 for the 20m and 150m presets (vocab 32k,
-context 1024, random weights), as ratios to two peers measured in the same run:
+context 1024, random weights), as ratios to peers measured in the same run:
 
 - Hugging Face transformers' ``generate`` (greedy, its KV cache) on the same weights on the same machine:
   transformers makes a random ``LlamaForCausalLM`` of the preset's shape, ``import-hf`` brings it in as a
@@ -7,14 +7,18 @@ context 1024, random weights), as ratios to two peers measured in the same run:
   venv, a subprocess; the versions are printed);
 - the memory-bandwidth bound: a decode step must read every parameter (the LM head, not the embedding
   table, of which it takes one row a token) and each row's keys and values so far, in the compute dtype;
-  the bound is that many bytes over the copy bandwidth measured here right before each row (STREAM's count:
+  the bound is that many bytes over the copy bandwidth measured right before each row (STREAM's count:
   bytes read + bytes written per second, of a 512 MiB copy on the device; the machine is shared, so a
-  figure from another moment would not compare).
+  figure from another moment would not compare);
+- for information, the FLOP bound: 2 FLOPs a parameter a token at the matmul peak measured beside it
+  (``measure_matmul_peak``). Batch 16 on a CPU is bound by it, not by the bandwidth.
 
 Decode tokens/s = batch x (N - 1) / (seconds for N new tokens - seconds for 1): the prompt's prefill and
 first token cancel out (that difference is the same for both generators); prefill tokens/s = the prompt
-tokens over the seconds for 1. Best of ``--repeats`` each (the CPU is shared). ``--dtype bfloat16`` runs the
-matmuls in bf16 (the GPU's figures; ``--no-peer`` there, the peer being a CPU measurement).
+tokens over the seconds for 1. Best of ``--repeats`` each (the CPU is shared).
+
+On a GPU: ``--dtype bfloat16 --no-peer --prompt-len 512`` (the peer is a CPU measurement and needs torch;
+without it the model is this project's own random init, no run folder).
 
 Run: ``.venv/bin/python bench/decode.py [--sizes 20m 150m] [--batches 1 16] [--dtype bfloat16] [--no-peer]``
 """
@@ -25,6 +29,7 @@ import argparse
 import json
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,8 +37,26 @@ import numpy as np
 from hf_peer import imported_random_llama, peer
 
 VOCAB, SEQ_LEN = 32_000, 1024
-PROMPT_LEN, NEW_TOKENS = 32, 64
 COPY_BYTES = 512 * 2**20
+
+
+@dataclass(frozen=True)
+class Settings:
+    prompt_len: int
+    new_tokens: int
+    repeats: int
+    dtype: str
+
+    def prompts(self, batch: int) -> list[list[int]]:
+        """``batch`` prompts of random ids, the same for both generators."""
+        rng = np.random.default_rng(batch)
+        return rng.integers(0, VOCAB, (batch, self.prompt_len)).tolist()
+
+    def rates(self, measured: dict[str, float], batch: int) -> tuple[float, float]:
+        """Decode and prefill tokens/s."""
+        decode_seconds = measured["seconds"] - measured["first_token_seconds"]
+        decode = batch * (self.new_tokens - 1) / decode_seconds
+        return decode, batch * self.prompt_len / measured["first_token_seconds"]
 
 
 def copy_bandwidth(repeats: int = 20) -> float:
@@ -54,30 +77,30 @@ def copy_bandwidth(repeats: int = 20) -> float:
     return 2 * COPY_BYTES / best
 
 
+def read_params(config: Any, batch: int) -> int:
+    """Parameters a decode step of ``batch`` rows reads: all but the embedding table, of which one row a
+    token (a tied table is read whole, as the LM head)."""
+    table = 0 if config.tie_embeddings else config.vocab_size * config.d_model
+    return config.num_params(active=True) - table + batch * config.d_model
+
+
 def step_bytes(config: Any, batch: int, context: float, itemsize: int) -> float:
     """Bytes one decode step of ``batch`` rows must read, each row attending ``context`` positions."""
-    table = 0 if config.tie_embeddings else config.vocab_size * config.d_model  # read one row a token
-    params = config.num_params(active=True) - table + batch * config.d_model
     kv = batch * context * config.n_layers * 2 * config.n_kv_heads * config.head_dim
-    return (params + kv) * itemsize
+    return (read_params(config, batch) + kv) * itemsize
 
 
-def engine_seconds(run_dir: Path, batches: list[int], dtype: str, repeats: int) -> dict[int, dict]:
-    """This project's engine: seconds for 1 and for NEW_TOKENS new tokens, per batch size."""
-    from flax import nnx
-
+def engine_seconds(model: Any, tokenizer: Any, batches: list[int], settings: Settings) -> dict[int, dict]:
+    """This project's engine: seconds for 1 and for ``new_tokens`` new tokens, per batch size, with the
+    copy bandwidth and matmul peak measured right before."""
     from marin_pipelines.inference.engine import Engine
     from marin_pipelines.inference.sampling import SamplingParams
-    from marin_pipelines.train.checkpoint import abstract_model
-    from marin_pipelines.train.trained_run import load_run
+    from marin_pipelines.train.throughput import measure_matmul_peak
 
-    run = load_run(run_dir)
-    config = run.model.config.model_copy(update={"dtype": dtype})
-    model = nnx.merge(abstract_model(config)[0], nnx.state(run.model))
     out = {}
     for batch in batches:
-        engine = Engine(model, run.tokenizer, slots=batch, max_len=SEQ_LEN)  # no stop token: all N made
-        prompts = prompts_of(batch)
+        engine = Engine(model, tokenizer, slots=batch, max_len=SEQ_LEN)  # no stop token: all N made
+        prompts = settings.prompts(batch)
 
         def seconds(count: int, engine: Engine = engine, prompts: list = prompts) -> float:
             start = time.perf_counter()
@@ -85,27 +108,79 @@ def engine_seconds(run_dir: Path, batches: list[int], dtype: str, repeats: int) 
             assert all(len(c.tokens) == count for c in done)
             return time.perf_counter() - start
 
-        seconds(NEW_TOKENS)  # compiles every shape the measurement takes
-        bandwidth = copy_bandwidth()
+        seconds(settings.new_tokens)  # compiles every shape the measurement takes
+        measured = {
+            "bandwidth": copy_bandwidth(),
+            "peak": measure_matmul_peak.__wrapped__(1024, 5, settings.dtype),
+        }
         first, whole = [], []
-        for _ in range(repeats):
+        for _ in range(settings.repeats):
             first.append(seconds(1))
-            whole.append(seconds(NEW_TOKENS))
-        out[batch] = {"first_token_seconds": min(first), "seconds": min(whole), "bandwidth": bandwidth}
+            whole.append(seconds(settings.new_tokens))
+        out[batch] = {**measured, "first_token_seconds": min(first), "seconds": min(whole)}
         del engine
     return out
 
 
-def prompts_of(batch: int) -> list[list[int]]:
-    """``batch`` prompts of PROMPT_LEN random ids, the same for both generators."""
-    rng = np.random.default_rng(batch)
-    return rng.integers(0, VOCAB, (batch, PROMPT_LEN)).tolist()
+def our_model(run_dir: Path | None, config: Any, dtype: str) -> tuple[Any, Any]:
+    """The run's model (or, without one, a random init of ``config``) computing in ``dtype``, and a
+    tokenizer (the run's, or a small one: the engine decodes text as it goes)."""
+    from flax import nnx
+
+    from marin_pipelines.tokenize.tokenizer import TokenizerConfig, train_tokenizer
+    from marin_pipelines.train.checkpoint import abstract_model
+    from marin_pipelines.train.model import Llama
+    from marin_pipelines.train.trained_run import load_run
+
+    config = config.model_copy(update={"dtype": dtype})
+    if run_dir is None:
+        tokenizer = train_tokenizer(["a decode benchmark"] * 8, TokenizerConfig(vocab_size=300))
+        return Llama(config, nnx.Rngs(0)), tokenizer
+    run = load_run(run_dir)
+    return nnx.merge(abstract_model(config)[0], nnx.state(run.model)), run.tokenizer
 
 
-def rates(measured: dict[str, float], batch: int) -> tuple[float, float]:
-    """Decode and prefill tokens/s."""
-    decode = batch * (NEW_TOKENS - 1) / (measured["seconds"] - measured["first_token_seconds"])
-    return decode, batch * PROMPT_LEN / measured["first_token_seconds"]
+def measure_size(size: str, batches: list[int], settings: Settings, with_peer: bool) -> list[dict]:
+    from marin_pipelines.train.export import export_hf, hf_config
+    from marin_pipelines.train.model import preset
+
+    config = preset(size, VOCAB, SEQ_LEN)
+    itemsize = 2 if settings.dtype == "bfloat16" else 4
+    context = settings.prompt_len + settings.new_tokens / 2  # the mean positions a decode step attends
+    rows = []
+    with tempfile.TemporaryDirectory() as folder:
+        work = Path(folder)
+        run_dir = imported_random_llama(hf_config(config), work)[1] if with_peer else None
+        ours = engine_seconds(*our_model(run_dir, config, settings.dtype), batches, settings)
+        if with_peer:
+            export_hf(run_dir, work / "export")
+        for batch in batches:
+            measured = ours[batch]
+            decode, prefill = settings.rates(measured, batch)
+            bound = batch * measured["bandwidth"] / step_bytes(config, batch, context, itemsize)
+            row = {
+                "size": size,
+                "batch": batch,
+                "decode": decode,
+                "prefill": prefill,
+                "copy_GB/s": measured["bandwidth"] / 1e9,
+                "bound": bound,
+                "peak_GFLOP/s": measured["peak"] / 1e9,
+                "flop_bound": measured["peak"] / (2 * read_params(config, batch=0)),  # no lookup FLOPs
+            }
+            if with_peer:
+                request = {
+                    "prompts": settings.prompts(batch),
+                    "new_tokens": settings.new_tokens,
+                    "repeats": settings.repeats,
+                    "dtype": settings.dtype,
+                }
+                theirs = peer("decode", str(work / "export"), json.dumps(request))
+                row["hf_decode"], row["hf_prefill"] = settings.rates(theirs, batch)
+                row["hf_threads"] = theirs["threads"]
+            rows.append(row)
+            print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in row.items()}))
+    return rows
 
 
 def main() -> None:
@@ -113,58 +188,27 @@ def main() -> None:
     parser.add_argument("--sizes", nargs="+", default=["20m", "150m"])
     parser.add_argument("--batches", nargs="+", type=int, default=[1, 16])
     parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
+    parser.add_argument("--prompt-len", type=int, default=32)
+    parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--no-peer", action="store_true", help="skip Hugging Face (on a GPU)")
     args = parser.parse_args()
+    settings = Settings(args.prompt_len, args.new_tokens, args.repeats, args.dtype)
 
     import flax
     import jax
 
-    from marin_pipelines.train.export import export_hf, hf_config
-    from marin_pipelines.train.model import preset
-
     device = jax.devices()[0]
     print(
         f"device: {device.platform} {device.device_kind} x{jax.device_count()}; jax {jax.__version__}, "
-        f"flax {flax.__version__}; matmuls in {args.dtype}"
+        f"flax {flax.__version__}; matmuls in {args.dtype}; prompts of {args.prompt_len}, "
+        f"{args.new_tokens} new tokens"
     )
     if not args.no_peer:
         print("peer:", json.dumps(peer("versions")))
-    itemsize = 2 if args.dtype == "bfloat16" else 4
-    context = PROMPT_LEN + NEW_TOKENS / 2  # the mean positions a measured decode step attends
-    rows = []
-    for size in args.sizes:
-        config = preset(size, VOCAB, SEQ_LEN)
-        with tempfile.TemporaryDirectory() as folder:
-            work = Path(folder)
-            _, run_dir = imported_random_llama(hf_config(config), work)
-            ours = engine_seconds(run_dir, args.batches, args.dtype, args.repeats)
-            if not args.no_peer:
-                export_hf(run_dir, work / "export")
-            for batch in args.batches:
-                decode, prefill = rates(ours[batch], batch)
-                bandwidth = ours[batch]["bandwidth"]
-                bound = batch * bandwidth / step_bytes(config, batch, context, itemsize)
-                row = {
-                    "size": size,
-                    "batch": batch,
-                    "decode": decode,
-                    "prefill": prefill,
-                    "copy_GB/s": bandwidth / 1e9,
-                    "bound": bound,
-                }
-                if not args.no_peer:
-                    request = {
-                        "prompts": prompts_of(batch),
-                        "new_tokens": NEW_TOKENS,
-                        "repeats": args.repeats,
-                        "dtype": args.dtype,
-                    }
-                    theirs = peer("decode", str(work / "export"), json.dumps(request))
-                    row["hf_decode"], row["hf_prefill"] = rates(theirs, batch)
-                    row["hf_threads"] = theirs["threads"]
-                rows.append(row)
-                print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in row.items()}))
+    rows = [
+        row for size in args.sizes for row in measure_size(size, args.batches, settings, not args.no_peer)
+    ]
     print_table(rows)
 
 
@@ -173,14 +217,16 @@ def print_table(rows: list[dict[str, Any]]) -> None:
     head = f"{'model':<6}{'batch':>6}{'decode tok/s':>14}{'bound tok/s':>13}{'of bound':>10}"
     if peer_columns:
         head += f"{'HF tok/s':>10}{'vs HF':>8}{'HF of bound':>13}"
-    print(head + f"{'prefill tok/s':>15}" + (f"{'HF prefill':>12}" if peer_columns else ""))
+    head += f"{'FLOP bound':>12}{'prefill tok/s':>15}" + (f"{'HF prefill':>12}" if peer_columns else "")
+    print(head)
     for r in rows:
         line = f"{r['size']:<6}{r['batch']:>6}{r['decode']:>14.1f}{r['bound']:>13.1f}"
         line += f"{r['decode'] / r['bound']:>10.0%}"
         if peer_columns:
             line += f"{r['hf_decode']:>10.1f}{r['decode'] / r['hf_decode']:>7.2f}x"
             line += f"{r['hf_decode'] / r['bound']:>13.0%}"
-        print(line + f"{r['prefill']:>15.0f}" + (f"{r['hf_prefill']:>12.0f}" if peer_columns else ""))
+        line += f"{r['flop_bound']:>12.0f}{r['prefill']:>15.0f}"
+        print(line + (f"{r['hf_prefill']:>12.0f}" if peer_columns else ""))
 
 
 if __name__ == "__main__":
