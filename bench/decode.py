@@ -7,15 +7,16 @@ context 1024, random weights), as ratios to peers measured in the same run:
   venv, a subprocess; the versions are printed);
 - the memory-bandwidth bound: a decode step must read every parameter (the LM head, not the embedding
   table, of which it takes one row a token) and each row's keys and values so far, in the compute dtype;
-  the bound is that many bytes over the copy bandwidth measured right before each row (STREAM's count:
-  bytes read + bytes written per second, of a 512 MiB copy on the device; the machine is shared, so a
-  figure from another moment would not compare);
+  the bound is that many bytes over the copy bandwidth measured between the rounds (STREAM's count: bytes
+  read + bytes written per second, of a 512 MiB copy on the device; the best of the rounds);
 - for information, the FLOP bound: 2 FLOPs a parameter a token at the matmul peak measured beside it
   (``measure_matmul_peak``). Batch 16 on a CPU is bound by it, not by the bandwidth.
 
-Decode tokens/s = batch x (N - 1) / (seconds for N new tokens - seconds for 1): the prompt's prefill and
-first token cancel out (that difference is the same for both generators); prefill tokens/s = the prompt
-tokens over the seconds for 1. Best of ``--repeats`` each (the CPU is shared).
+Decode tokens/s = batch x (N - 1) / the seconds from the first new token to the N-th, within one generation
+(ours: the completions' times; transformers': a streamer noting when each step's tokens come); prefill
+tokens/s = the prompt tokens over the seconds to the first new token. The two generators take turns,
+``--repeats`` rounds, and each keeps its best: the CPU is shared with other work, which comes and goes by
+the minute, and a figure from another moment would not compare.
 
 On a GPU: ``--dtype bfloat16 --no-peer --prompt-len 512`` (the peer is a CPU measurement and needs torch;
 without it the model is this project's own random init, no run folder).
@@ -34,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from hf_peer import imported_random_llama, peer
+from hf_peer import PeerDecoder, imported_random_llama, peer
 
 VOCAB, SEQ_LEN = 32_000, 1024
 COPY_BYTES = 512 * 2**20
@@ -54,8 +55,7 @@ class Settings:
 
     def rates(self, measured: dict[str, float], batch: int) -> tuple[float, float]:
         """Decode and prefill tokens/s."""
-        decode_seconds = measured["seconds"] - measured["first_token_seconds"]
-        decode = batch * (self.new_tokens - 1) / decode_seconds
+        decode = batch * (self.new_tokens - 1) / measured["decode_seconds"]
         return decode, batch * self.prompt_len / measured["first_token_seconds"]
 
 
@@ -90,38 +90,6 @@ def step_bytes(config: Any, batch: int, context: float, itemsize: int) -> float:
     return (read_params(config, batch) + kv) * itemsize
 
 
-def engine_seconds(model: Any, tokenizer: Any, batches: list[int], settings: Settings) -> dict[int, dict]:
-    """This project's engine: seconds for 1 and for ``new_tokens`` new tokens, per batch size, with the
-    copy bandwidth and matmul peak measured right before."""
-    from marin_pipelines.inference.engine import Engine
-    from marin_pipelines.inference.sampling import SamplingParams
-    from marin_pipelines.train.throughput import measure_matmul_peak
-
-    out = {}
-    for batch in batches:
-        engine = Engine(model, tokenizer, slots=batch, max_len=SEQ_LEN)  # no stop token: all N made
-        prompts = settings.prompts(batch)
-
-        def seconds(count: int, engine: Engine = engine, prompts: list = prompts) -> float:
-            start = time.perf_counter()
-            done = engine.generate(prompts, SamplingParams(max_new_tokens=count))
-            assert all(len(c.tokens) == count for c in done)
-            return time.perf_counter() - start
-
-        seconds(settings.new_tokens)  # compiles every shape the measurement takes
-        measured = {
-            "bandwidth": copy_bandwidth(),
-            "peak": measure_matmul_peak.__wrapped__(1024, 5, settings.dtype),
-        }
-        first, whole = [], []
-        for _ in range(settings.repeats):
-            first.append(seconds(1))
-            whole.append(seconds(settings.new_tokens))
-        out[batch] = {**measured, "first_token_seconds": min(first), "seconds": min(whole)}
-        del engine
-    return out
-
-
 def our_model(run_dir: Path | None, config: Any, dtype: str) -> tuple[Any, Any]:
     """The run's model (or, without one, a random init of ``config``) computing in ``dtype``, and a
     tokenizer (the run's, or a small one: the engine decodes text as it goes)."""
@@ -141,8 +109,15 @@ def our_model(run_dir: Path | None, config: Any, dtype: str) -> tuple[Any, Any]:
 
 
 def measure_size(size: str, batches: list[int], settings: Settings, with_peer: bool) -> list[dict]:
+    """Each batch's row: our engine and (``with_peer``) transformers in alternating rounds, best of each,
+    with the copy bandwidth (the best of the rounds: the highest bound) and matmul peak measured between."""
+    from contextlib import nullcontext
+
+    from marin_pipelines.inference.engine import Engine
+    from marin_pipelines.inference.sampling import SamplingParams
     from marin_pipelines.train.export import export_hf, hf_config
     from marin_pipelines.train.model import preset
+    from marin_pipelines.train.throughput import measure_matmul_peak
 
     config = preset(size, VOCAB, SEQ_LEN)
     itemsize = 2 if settings.dtype == "bfloat16" else 4
@@ -150,37 +125,69 @@ def measure_size(size: str, batches: list[int], settings: Settings, with_peer: b
     rows = []
     with tempfile.TemporaryDirectory() as folder:
         work = Path(folder)
-        run_dir = imported_random_llama(hf_config(config), work)[1] if with_peer else None
-        ours = engine_seconds(*our_model(run_dir, config, settings.dtype), batches, settings)
+        run_dir = None
         if with_peer:
+            run_dir = imported_random_llama(hf_config(config), work)[1]
             export_hf(run_dir, work / "export")
-        for batch in batches:
-            measured = ours[batch]
-            decode, prefill = settings.rates(measured, batch)
-            bound = batch * measured["bandwidth"] / step_bytes(config, batch, context, itemsize)
-            row = {
-                "size": size,
-                "batch": batch,
-                "decode": decode,
-                "prefill": prefill,
-                "copy_GB/s": measured["bandwidth"] / 1e9,
-                "bound": bound,
-                "peak_GFLOP/s": measured["peak"] / 1e9,
-                "flop_bound": measured["peak"] / (2 * read_params(config, batch=0)),  # no lookup FLOPs
-            }
-            if with_peer:
-                request = {
-                    "prompts": settings.prompts(batch),
-                    "new_tokens": settings.new_tokens,
-                    "repeats": settings.repeats,
-                    "dtype": settings.dtype,
-                }
-                theirs = peer("decode", str(work / "export"), json.dumps(request))
-                row["hf_decode"], row["hf_prefill"] = settings.rates(theirs, batch)
-                row["hf_threads"] = theirs["threads"]
-            rows.append(row)
-            print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in row.items()}))
+        model, tokenizer = our_model(run_dir, config, settings.dtype)
+        with PeerDecoder(work / "export", settings.dtype) if with_peer else nullcontext() as hf:
+            for batch in batches:
+                engine = Engine(model, tokenizer, slots=batch, max_len=SEQ_LEN)  # no stop token: all made
+                prompts = settings.prompts(batch)
+
+                def ours(engine: Engine = engine, prompts: list = prompts) -> dict[str, float]:
+                    done = engine.generate(prompts, SamplingParams(max_new_tokens=settings.new_tokens))
+                    assert all(len(c.tokens) == settings.new_tokens for c in done)
+                    first = max(c.first_token_seconds or 0.0 for c in done)  # one prefill for all
+                    return {
+                        "first_token_seconds": first,
+                        "decode_seconds": max(c.seconds for c in done) - first,
+                    }
+
+                ours()  # compiles every shape the measurement takes
+                if hf is not None:
+                    hf.round(prompts, settings.new_tokens)  # warms up, picks its thread count
+                rounds: dict[str, list[float]] = {}
+                for _ in range(settings.repeats):
+                    measured = {
+                        "bandwidth": copy_bandwidth(),
+                        "peak": measure_matmul_peak.__wrapped__(1024, 5, settings.dtype),
+                        **ours(),
+                    }
+                    if hf is not None:
+                        theirs = hf.round(prompts, settings.new_tokens)
+                        measured |= {f"hf_{k}": v for k, v in theirs.items()}
+                    for key, value in measured.items():
+                        rounds.setdefault(key, []).append(value)
+                del engine
+                rows.append(row_of(size, batch, config, settings, rounds, context, itemsize))
+                print(
+                    json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in rows[-1].items()})
+                )
     return rows
+
+
+def row_of(
+    size: str, batch: int, config: Any, settings: Settings, rounds: dict, context: float, itemsize: int
+) -> dict[str, Any]:
+    """The best of the rounds: the shortest times, the highest bandwidth and peak (the highest bounds)."""
+    best = {key: (max if key in ("bandwidth", "peak") else min)(values) for key, values in rounds.items()}
+    decode, prefill = settings.rates(best, batch)
+    row = {
+        "size": size,
+        "batch": batch,
+        "decode": decode,
+        "prefill": prefill,
+        "copy_GB/s": best["bandwidth"] / 1e9,
+        "bound": batch * best["bandwidth"] / step_bytes(config, batch, context, itemsize),
+        "peak_GFLOP/s": best["peak"] / 1e9,
+        "flop_bound": best["peak"] / (2 * read_params(config, batch=0)),  # the lookup does no FLOPs
+    }
+    if "hf_decode_seconds" in best:
+        theirs = {k: best[f"hf_{k}"] for k in ("first_token_seconds", "decode_seconds")}
+        row["hf_decode"], row["hf_prefill"] = settings.rates(theirs, batch)
+        row["hf_threads"] = rounds["hf_threads"][-1]
+    return row
 
 
 def main() -> None:

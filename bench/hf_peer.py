@@ -9,8 +9,8 @@ the commands the peer answers, each printing one JSON line:
 - ``random-llama OUT CONFIG_JSON SEED``: a randomly initialised ``LlamaForCausalLM`` (the config's fields)
   with a byte-level BPE tokenizer (``tokenizer.json``, as ``tokenizer_config.json`` names its special tokens),
   written by ``save_pretrained`` as a user's folder would be;
-- ``decode FOLDER REQUEST_JSON``: seconds of ``generate`` (greedy, KV cache, no stop) for a batch of equal
-  prompts, with 1 new token and with N, best of a few repeats;
+- ``decode-server FOLDER DTYPE``: the seconds of ``generate`` (greedy, KV cache, no stop) of a batch of equal
+  prompts to its first new token and from there to its last, a round per request on stdin (``PeerDecoder``);
 - ``greedy FOLDER REQUEST_JSON``: each prompt's greedy continuation, alone (batch 1).
 
 Nothing here imports torch at module level: the project's tests import every bench script.
@@ -56,6 +56,41 @@ def peer(command: str, *args: str) -> Any:
     if done.returncode != 0:
         raise RuntimeError(f"the Hugging Face peer failed on {command}:\n{done.stderr[-4000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+class PeerDecoder:
+    """transformers' ``generate`` kept loaded in a peer process (``decode-server``), so that its rounds can
+    alternate with ours: a busy minute of the shared machine then hits both."""
+
+    def __init__(self, folder: Path, dtype: str):
+        command = [str(ensure_peer()), __file__, "decode-server", str(folder), dtype]
+        self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self._answer()  # loaded
+
+    def round(self, prompts: list[list[int]], new_tokens: int) -> dict[str, Any]:
+        """Seconds of one generate to its first new token and from there to the last of ``new_tokens``,
+        and torch's thread count."""
+        assert self.process.stdin is not None
+        self.process.stdin.write(json.dumps({"prompts": prompts, "new_tokens": new_tokens}) + "\n")
+        self.process.stdin.flush()
+        return self._answer()
+
+    def _answer(self) -> dict[str, Any]:
+        assert self.process.stdout is not None
+        line = self.process.stdout.readline()
+        if not line:
+            raise RuntimeError(
+                f"the Hugging Face peer ended (exit {self.process.wait()}); its stderr is above"
+            )
+        return json.loads(line)
+
+    def __enter__(self) -> PeerDecoder:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.close()
+        self.process.wait()
 
 
 def imported_random_llama(hf_config: dict[str, Any], work: Path, seed: int = 0) -> tuple[Path, Path]:
@@ -125,7 +160,7 @@ def _load(folder: str, dtype: str = "float32") -> Any:
     return model
 
 
-def _generate(model: Any, ids: list[list[int]], new_tokens: int) -> list[list[int]]:
+def _generate(model: Any, ids: list[list[int]], new_tokens: int, streamer: Any = None) -> list[list[int]]:
     import torch
 
     tokens = torch.tensor(ids)
@@ -138,39 +173,60 @@ def _generate(model: Any, ids: list[list[int]], new_tokens: int) -> list[list[in
             do_sample=False,
             num_beams=1,
             use_cache=True,
+            streamer=streamer,
         )
     return out[:, tokens.shape[1] :].tolist()
 
 
-def decode(folder: str, request_json: str) -> dict[str, Any]:
-    """``request``: prompts (equal lengths, one batch), new_tokens, repeats, dtype. torch runs on the
-    thread count that generates fastest here, 1 or all cores: on this shared 2-core machine two OpenMP
-    threads spin at their barriers while the other core is taken, and ``generate`` was up to 8x slower."""
+class _Clock:
+    """A streamer that notes when ``generate`` hands over each step's tokens (the first call: the prompt)."""
+
+    def __init__(self) -> None:
+        self.start, self.times = time.perf_counter(), []
+
+    def put(self, value: Any) -> None:
+        self.times.append(time.perf_counter())
+
+    def end(self) -> None:
+        pass
+
+    def seconds(self) -> dict[str, float]:
+        """Seconds to the first new token, and from it to the last."""
+        first, last = self.times[1], self.times[-1]
+        return {"first_token_seconds": first - self.start, "decode_seconds": last - first}
+
+
+def decode_server(folder: str, dtype: str) -> None:
+    """Answers requests on stdin, one JSON line each (prompts of equal lengths, one batch; new_tokens), with
+    the seconds of one ``generate`` to its first new token and from there to its last. The first request of
+    a shape warms up and picks torch's thread count: the faster of 1 and all cores (on this shared 2-core
+    machine two OpenMP threads spin at their barriers while the other core is taken: ``generate`` was up to
+    8x slower)."""
     import os
 
     import torch
 
-    request = json.loads(request_json)
-    model = _load(folder, request["dtype"])
-    prompts, new_tokens = request["prompts"], request["new_tokens"]
+    model = _load(folder, dtype)
+    print(json.dumps({"ready": True}), flush=True)
+    seen: set[tuple[int, int]] = set()
+    for line in sys.stdin:
+        request = json.loads(line)
+        prompts, new_tokens = request["prompts"], request["new_tokens"]
 
-    def seconds(count: int) -> float:
-        start = time.perf_counter()
-        _generate(model, prompts, count)
-        return time.perf_counter() - start
+        def timed(count: int, prompts: list = prompts) -> dict[str, float]:
+            clock = _Clock()
+            _generate(model, prompts, count, clock)
+            return clock.seconds()
 
-    trial = {}
-    for threads in sorted({1, os.cpu_count() or 1}):
-        torch.set_num_threads(threads)
-        seconds(8)  # warm-up
-        trial[threads] = min(seconds(8) for _ in range(2))
-    threads = min(trial, key=trial.__getitem__)
-    torch.set_num_threads(threads)
-    first, whole = [], []
-    for _ in range(request["repeats"]):  # interleaved, so that a busy moment of the machine hits both
-        first.append(seconds(1))
-        whole.append(seconds(new_tokens))
-    return {"first_token_seconds": min(first), "seconds": min(whole), "threads": threads}
+        if (shape := (len(prompts), len(prompts[0]))) not in seen:
+            seen.add(shape)
+            trial = {}
+            for threads in sorted({1, os.cpu_count() or 1}):
+                torch.set_num_threads(threads)
+                timed(8)  # warm-up
+                trial[threads] = min(timed(8)["decode_seconds"] for _ in range(2))
+            torch.set_num_threads(min(trial, key=trial.__getitem__))
+        print(json.dumps({**timed(new_tokens), "threads": torch.get_num_threads()}), flush=True)
 
 
 def greedy(folder: str, request_json: str) -> dict[str, Any]:
@@ -188,12 +244,19 @@ def greedy(folder: str, request_json: str) -> dict[str, Any]:
     return {"completions": out}
 
 
-COMMANDS = {"versions": versions, "random-llama": random_llama, "decode": decode, "greedy": greedy}
+COMMANDS = {
+    "versions": versions,
+    "random-llama": random_llama,
+    "decode-server": decode_server,
+    "greedy": greedy,
+}
 
 
 def main() -> None:
     command, *args = sys.argv[1:]
-    print(json.dumps(COMMANDS[command](*args)))
+    answer = COMMANDS[command](*args)
+    if answer is not None:
+        print(json.dumps(answer))
 
 
 if __name__ == "__main__":
