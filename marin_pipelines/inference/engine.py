@@ -3,9 +3,11 @@
 A request (a prompt's token ids and its ``SamplingParams``) waits in a queue until a slot is free. Each
 ``step`` first prefills the waiting requests that fit into the free slots (together, padded to a power of two
 of rows and of positions, so that a few shapes compile) and takes their first tokens, then decodes one token
-for every busy slot. A request ends on one of its stop tokens (the run's end-of-text and end-of-turn tokens,
-and its own), on one of its stop strings (the text is cut before it), at ``max_new_tokens`` or at the end of
-the context; its slot takes the next waiting request at the next step (continuous batching). Rows never see
+for every busy slot, attending the cache's first positions only (a power of two above every slot's position:
+a step reads the keys so far, not the whole context). A request ends on one of its stop tokens (the run's
+end-of-text and end-of-turn tokens, and its own), on one of its stop strings (the text is cut before it), at
+``max_new_tokens`` or at the end of the context; its slot takes the next waiting request at the next step
+(continuous batching). Rows never see
 each other: a request gets the tokens it would get alone (an MoE routes every token at inference, with no
 capacity that batch-mates could fill).
 
