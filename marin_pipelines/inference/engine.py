@@ -3,9 +3,11 @@
 A request (a prompt's token ids and its ``SamplingParams``) waits in a queue until a slot is free. Each
 ``step`` first prefills the waiting requests that fit into the free slots (together, padded to a power of two
 of rows and of positions, so that a few shapes compile) and takes their first tokens, then decodes one token
-for every busy slot. A request ends on one of its stop tokens (the run's end-of-text and end-of-turn tokens,
-and its own), on one of its stop strings (the text is cut before it), at ``max_new_tokens`` or at the end of
-the context; its slot takes the next waiting request at the next step (continuous batching). Rows never see
+for every busy slot, attending the cache's first positions only (a power of two above every slot's position:
+a step reads the keys so far, not the whole context). A request ends on one of its stop tokens (the run's
+end-of-text and end-of-turn tokens, and its own), on one of its stop strings (the text is cut before it), at
+``max_new_tokens`` or at the end of the context; its slot takes the next waiting request at the next step
+(continuous batching). Rows never see
 each other: a request gets the tokens it would get alone (an MoE routes every token at inference, with no
 capacity that batch-mates could fill).
 
@@ -99,6 +101,22 @@ def inference_config(config: LlamaConfig) -> LlamaConfig:
     return config.model_copy(update={"moe": config.moe.model_copy(update={"dropless": True})})
 
 
+def compute_params(params: nnx.State, config: LlamaConfig) -> nnx.State:
+    """The parameters as a pass in ``config.dtype`` reads them: every matrix cast to it once, here, rather
+    than by every step (a bf16 step would read each float32 weight and write its bf16 copy before using it);
+    the norms' scales and the MoE router, which compute in float32, as they are. The model computes the
+    same numbers from either."""
+    if config.dtype == "float32":
+        return params
+    dtype = jnp.dtype(config.dtype)
+
+    def cast(path: tuple, leaf: jax.Array) -> jax.Array:
+        router = any(getattr(key, "key", None) == "router" for key in path)
+        return leaf.astype(dtype) if leaf.ndim >= 2 and not router else leaf
+
+    return jax.tree_util.tree_map_with_path(cast, params)
+
+
 class Engine:
     """Continuous batching over ``slots`` rows of one KV cache of ``max_len`` positions (default the
     model's ``seq_len``), on ``mesh`` when given (parameters split by the trainer's rules, cache rows over
@@ -121,7 +139,7 @@ class Engine:
         rows = 1 if mesh is None else mesh.shape[DATA] * mesh.shape[EXPERT]
         self.slots = -(-slots // rows) * rows
         self.graphdef = nnx.graphdef(Llama(config, nnx.Rngs(0)) if config is not model.config else model)
-        params = nnx.state(model)
+        params = compute_params(nnx.state(model), config)
         cache = KVCache.empty(config, self.slots, self.max_len)
         if mesh is not None:
             params = jax.device_put(params, state_shardings(params, mesh, fsdp=False))
@@ -132,7 +150,7 @@ class Engine:
             cache = jax.device_put(cache, jax.devices()[0])
         self.params, self.cache = params, cache
         self._prefill = jax.jit(self._prefill_fn, donate_argnums=(1,))
-        self._decode = jax.jit(self._decode_fn, donate_argnums=(1,))
+        self._decode = jax.jit(self._decode_fn, donate_argnums=(1,), static_argnames=("window",))
         self._score = jax.jit(self._score_fn)
         self.waiting: queue.Queue[Pending] = queue.Queue(maxsize=max_waiting)
         self.busy: list[Pending | None] = [None] * self.slots
@@ -156,16 +174,16 @@ class Engine:
         slots: jax.Array,
         rows: RowSettings,
     ) -> tuple[KVCache, Chosen]:
-        """Prompts ``tokens[b, T]`` (right-padded to ``lengths``) into cache rows ``slots`` (a slot past the
-        last: a padding row, dropped); each prompt's first generated token."""
+        """Prompts ``tokens[b, T]`` (right-padded to ``lengths``) into the first T positions of cache rows
+        ``slots`` (a slot past the last: a padding row, dropped); each prompt's first generated token."""
         model = nnx.merge(self.graphdef, params)
         positions = jnp.broadcast_to(jnp.arange(tokens.shape[1]), tokens.shape)
-        fresh = KVCache.empty(self.config, tokens.shape[0], self.max_len)
+        fresh = KVCache.empty(self.config, *tokens.shape)
         logits, fresh = model.cached(tokens, positions, positions < lengths[:, None], fresh)
         last = logits[jnp.arange(tokens.shape[0]), lengths - 1]
 
         def into(whole: jax.Array, part: jax.Array) -> jax.Array:
-            return whole.at[slots].set(part, mode="drop")
+            return whole.at[slots, : part.shape[1]].set(part, mode="drop")
 
         return jax.tree.map(into, cache, fresh), choose(last, rows)
 
@@ -177,10 +195,12 @@ class Engine:
         positions: jax.Array,
         active: jax.Array,
         rows: RowSettings,
+        window: int,
     ) -> tuple[KVCache, Chosen]:
-        """One token for every slot: ``tokens[B]`` at ``positions[B]``; the next token of each."""
+        """One token for every slot: ``tokens[B]`` at ``positions[B]`` (all below ``window``, a bucket:
+        attention reads that much of the cache); the next token of each."""
         model = nnx.merge(self.graphdef, params)
-        logits, cache = model.cached(tokens[:, None], positions[:, None], active[:, None], cache)
+        logits, cache = model.cached(tokens[:, None], positions[:, None], active[:, None], cache, window)
         return cache, choose(logits[:, 0], rows)
 
     def _score_fn(self, params: nnx.State, tokens: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
@@ -274,6 +294,7 @@ class Engine:
             jnp.asarray(self.position),
             jnp.asarray(active),
             rows,
+            window=bucket(int(self.position[active].max()) + 1, self.max_len),
         )
         chosen = jax.device_get(chosen)
         for slot in np.flatnonzero(active):

@@ -246,11 +246,18 @@ class Attention(nnx.Module):
         return self.wo(out.reshape(batch, seq_len, c.n_heads * c.head_dim))
 
     def cached(
-        self, x: jax.Array, positions: jax.Array, k_cache: jax.Array, v_cache: jax.Array
+        self,
+        x: jax.Array,
+        positions: jax.Array,
+        k_cache: jax.Array,
+        v_cache: jax.Array,
+        window: int | None = None,
     ) -> tuple[jax.Array, jax.Array, jax.Array]:
         """x[B, T, d] at ``positions[B, T]`` of each row's sequence: their keys and values are written into
         the caches at those positions (past the cache's end: dropped), and each query attends to its row's
-        cached keys up to its own position. Returns the output and both caches."""
+        cached keys up to its own position, read from the first ``window`` positions only (default all;
+        every position must be below it): a decode step reads the keys so far, not the whole cache.
+        Returns the output and both caches."""
         c = self.config
         batch, seq_len, _ = x.shape
         q, k, v = self._qkv(x)
@@ -258,9 +265,10 @@ class Attention(nnx.Module):
         rows = jnp.arange(batch)[:, None]
         k_cache = k_cache.at[rows, positions].set(k.astype(k_cache.dtype), mode="drop")
         v_cache = v_cache.at[rows, positions].set(v.astype(v_cache.dtype), mode="drop")
-        seen = jnp.arange(k_cache.shape[1])[None, None, :] <= positions[:, :, None]  # [B, T, max_len]
+        keys, values = k_cache[:, :window], v_cache[:, :window]
+        seen = jnp.arange(keys.shape[1])[None, None, :] <= positions[:, :, None]  # [B, T, window]
         out = jax.nn.dot_product_attention(
-            q, k_cache.astype(q.dtype), v_cache.astype(q.dtype), mask=seen[:, None]
+            q, keys.astype(q.dtype), values.astype(q.dtype), mask=seen[:, None]
         )
         return self.wo(out.reshape(batch, seq_len, c.n_heads * c.head_dim)), k_cache, v_cache
 
@@ -317,10 +325,16 @@ class Block(nnx.Module):
         return x + self.mlp(self.mlp_norm(x)), None
 
     def cached(
-        self, x: jax.Array, positions: jax.Array, valid: jax.Array, k_cache: jax.Array, v_cache: jax.Array
+        self,
+        x: jax.Array,
+        positions: jax.Array,
+        valid: jax.Array,
+        k_cache: jax.Array,
+        v_cache: jax.Array,
+        window: int | None = None,
     ) -> tuple[jax.Array, jax.Array, jax.Array]:
         """The block over cached attention (``Attention.cached``); positions not ``valid`` are not routed."""
-        out, k_cache, v_cache = self.attn.cached(self.attn_norm(x), positions, k_cache, v_cache)
+        out, k_cache, v_cache = self.attn.cached(self.attn_norm(x), positions, k_cache, v_cache, window)
         return self._mlp(x + out, valid)[0], k_cache, v_cache
 
 
@@ -359,15 +373,21 @@ class Llama(nnx.Module):
         return self._logits(x), routing
 
     def cached(
-        self, tokens: jax.Array, positions: jax.Array, valid: jax.Array, cache: KVCache
+        self,
+        tokens: jax.Array,
+        positions: jax.Array,
+        valid: jax.Array,
+        cache: KVCache,
+        window: int | None = None,
     ) -> tuple[jax.Array, KVCache]:
         """Logits of ``tokens[B, T]`` at ``positions[B, T]`` of each row's sequence, given what ``cache``
         holds of the positions before; the cache with their keys and values written. ``valid[B, T]`` is
-        False at padding (what pads a short prompt to the batch's length, rows that hold no sequence)."""
+        False at padding (what pads a short prompt to the batch's length, rows that hold no sequence).
+        ``window`` (static, above every position): attend over the cache's first positions only."""
         x = self.embed(tokens)
         ks, vs = [], []
         for block, k_cache, v_cache in zip(self.blocks, cache.k, cache.v, strict=True):
-            x, k_cache, v_cache = block.cached(x, positions, valid, k_cache, v_cache)
+            x, k_cache, v_cache = block.cached(x, positions, valid, k_cache, v_cache, window)
             ks.append(k_cache)
             vs.append(v_cache)
         return self._logits(x), KVCache(tuple(ks), tuple(vs))

@@ -70,6 +70,52 @@ def test_cached_decoding_gives_the_full_forward_logits_at_every_position(changes
     np.testing.assert_allclose(jnp.concatenate(steps, axis=1), full, rtol=1e-5, atol=1e-5)
 
 
+def test_attending_a_window_of_the_cache_gives_the_full_forward_logits():
+    """A decode step reads the cache's first ``window`` positions only (all a query may see), not all of
+    them: the logits are those of the whole cache."""
+    llama = model()
+    tokens = jax.random.randint(jax.random.key(2), (2, 20), 0, VOCAB)
+    full = llama(tokens)
+    cache = KVCache.empty(MODEL, rows=2, max_len=MODEL.seq_len)
+    steps = []
+    for t in range(20):
+        window = 16 if t < 16 else 32
+        logits, cache = llama.cached(
+            tokens[:, t : t + 1], jnp.full((2, 1), t), jnp.ones((2, 1), bool), cache, window=window
+        )
+        steps.append(logits)
+    np.testing.assert_allclose(jnp.concatenate(steps, axis=1), full, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [{}, {"qk_norm": True}, {"moe": MoEConfig(experts=4, top_k=2, dropless=True)}],
+    ids=["dense", "qk_norm", "moe"],
+)
+def test_a_bfloat16_engine_holds_its_matrices_in_bfloat16_and_computes_the_same(changes):
+    """Matrices cast once when the engine is made, not by every step; norms and the router stay float32."""
+    config = MODEL.model_copy(update={"dtype": "bfloat16", **changes})
+    llama = model(config)
+    engine = Engine(llama, TOKENIZER)
+    held = {
+        jax.tree_util.keystr(path): leaf.dtype
+        for path, leaf in jax.tree_util.tree_leaves_with_path(engine.params)
+    }
+    assert held["['blocks'][0]['attn']['wq']['kernel'].value"] == jnp.bfloat16
+    assert held["['embed']['embedding'].value"] == jnp.bfloat16
+    assert held["['blocks'][0]['attn_norm']['scale'].value"] == jnp.float32
+    if "moe" in changes:
+        assert held["['blocks'][0]['mlp']['w_up'].value"] == jnp.bfloat16
+        assert held["['blocks'][0]['mlp']['router']['kernel'].value"] == jnp.float32
+    tokens = jax.random.randint(jax.random.key(3), (2, 9), 0, VOCAB)
+    positions = jnp.broadcast_to(jnp.arange(9), (2, 9))
+    cache = KVCache.empty(config, rows=2, max_len=16)
+    expected, _ = llama.cached(tokens, positions, jnp.ones((2, 9), bool), cache)
+    held_model = nnx.merge(engine.graphdef, engine.params)
+    logits, _ = held_model.cached(tokens, positions, jnp.ones((2, 9), bool), cache)
+    np.testing.assert_array_equal(logits, expected)
+
+
 def test_continuous_batching_gives_each_request_its_greedy_tokens_alone(engine):
     completions = engine.generate(PROMPTS, SamplingParams(max_new_tokens=9))
     llama = model()
