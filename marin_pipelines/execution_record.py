@@ -19,9 +19,8 @@ from typing import Any
 
 from marin_pipelines.experiment import Experiment
 from marin_pipelines.steps import Step, changed_fields, upstream_versions
-from marin_pipelines.store import Artifact, ArtifactStore
+from marin_pipelines.store import RECORDS, Artifact, ArtifactStore
 
-RECORDS = "_experiments"
 
 
 def record_name(experiment: Experiment) -> str:

@@ -38,6 +38,7 @@ from marin_pipelines.lease import Lease, hold, lease_ttl
 STORE_ROOT = "MARIN_STORE_ROOT"  # the variable naming the store root, passed on to every launched pod
 MANIFEST = "manifest.json"
 UNPARTITIONED = "_"
+RECORDS = "_experiments"  # the experiments' execution records, under the root
 
 
 def version_hash(payload: Any) -> str:

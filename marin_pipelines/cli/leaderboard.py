@@ -1,13 +1,23 @@
-"""`marin-pipelines leaderboard [--results DIR] [--out DIR]`: the speedrun table, and its plot written."""
+"""`marin-pipelines leaderboard`: the speedrun table and its plot; with ``--evals``, every evaluation in the
+store as one table (``evals/leaderboard.py``)."""
 
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("leaderboard", help="print the speedrun leaderboard and write its plot")
+    parser = subparsers.add_parser(
+        "leaderboard",
+        help="print the speedrun leaderboard and write its plot; --evals: every evaluated model in the store",
+    )
+    parser.add_argument(
+        "--evals",
+        action="store_true",
+        help="every evaluation in the store: a row per model, the newest valid result per task",
+    )
     parser.add_argument(
         "--results",
         type=Path,
@@ -16,8 +26,48 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--store-root", default=None, help="the store holding the demo (default: .marin/store)"
     )
-    parser.add_argument("--out", type=Path, default=Path("."), help="where leaderboard.png goes")
-    parser.set_defaults(run=lambda args: print_leaderboard(args.results, args.store_root, args.out))
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="where leaderboard.png goes (speedrun default: .); with --evals also leaderboard.parquet",
+    )
+    parser.add_argument("--json", action="store_true", help="--evals: one JSON object (rows, columns)")
+    parser.add_argument("--sort", help="--evals: the column to rank by (a label; default: the average)")
+    parser.add_argument(
+        "--average",
+        help="--evals: comma-separated tasks whose headline metric is averaged (default: the standard suite)",
+    )
+    parser.add_argument("--experiment", help="--evals: only the rows of this experiment")
+    parser.add_argument("--every-metric", action="store_true", help="--evals: every metric of every task")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.evals:
+        return print_evals(args)
+    return print_leaderboard(args.results, args.store_root, args.out or Path("."))
+
+
+def print_evals(args: argparse.Namespace) -> int:
+    from marin_pipelines.evals import leaderboard as lb
+    from marin_pipelines.store import ArtifactStore, default_store_root
+
+    options = {"sort": args.sort}
+    if args.average is not None:
+        options["average"] = [t for t in args.average.split(",") if t]
+    board = lb.leaderboard(ArtifactStore(args.store_root or default_store_root()), **options)
+    if args.experiment:
+        board.models = [m for m in board.models if args.experiment in m.experiments]
+    if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
+        lb.to_polars(board).write_parquet(args.out / "leaderboard.parquet")
+        lb.plot(board, args.out / "leaderboard.png")
+    if args.json:
+        print(json.dumps(lb.as_json(board)))
+    else:
+        print(lb.markdown(board, every_metric=args.every_metric))
+    return 0
 
 
 def print_leaderboard(results: Path | None, store_root: str | None, out: Path) -> int:
