@@ -547,7 +547,8 @@ def average_note(board: Leaderboard) -> str:
     missing = len(board.lacking)
     return (
         f"average: the mean of {covered} (chat models' through their template), for the "
-        f"{len(board.averages)} models that have a valid result of every one; {missing} lack one. Sorted by {board.sorted_by}."
+        f"{len(board.averages)} models that have a valid result of every one; {missing} lack one. "
+        f"Sorted by {board.sorted_by}."
     )
 
 
