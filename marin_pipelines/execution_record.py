@@ -22,7 +22,6 @@ from marin_pipelines.steps import Step, changed_fields, upstream_versions
 from marin_pipelines.store import RECORDS, Artifact, ArtifactStore
 
 
-
 def record_name(experiment: Experiment) -> str:
     """The record's place under the store's root."""
     return f"{RECORDS}/{experiment.name}.json"

@@ -60,7 +60,7 @@ def run_experiments(names: list[str], store_root: str | None, dry: bool = False)
         return 0
     from marin_pipelines.cli.local_runs import progress_to_stderr, root_cause
     from marin_pipelines.defs.instance import project_instance  # here: a dry run needs no Dagster
-    from marin_pipelines.defs.local_run import materialize_experiment
+    from marin_pipelines.defs.local_run import materialize_experiment, materialize_leaderboard
     from marin_pipelines.store import default_store_root
     from marin_pipelines.summary import experiment_summary
 
@@ -80,6 +80,11 @@ def run_experiments(names: list[str], store_root: str | None, dry: bool = False)
             return 1
         print(experiment_summary(experiments[name], root, run, time.time() - started))
         failed |= not run.checks_passed
+    board = materialize_leaderboard(root, instance)  # with no daemon here, its automation is this call
+    print(
+        f"\nleaderboard: {board['models']} evaluated models in the store, {board['columns']} columns "
+        "(`marin-pipelines leaderboard --evals`, or the leaderboard asset in the UI)"
+    )
     return 1 if failed else 0
 
 

@@ -17,6 +17,7 @@ from dagster import (
 from dagster.components import Component, Model, Resolvable
 
 from marin_pipelines.defs.automation import after_ladders, automation
+from marin_pipelines.defs.leaderboard import leaderboard_definitions
 from marin_pipelines.defs.step_assets import step_asset
 from marin_pipelines.experiment import Experiment, discover_experiments
 from marin_pipelines.resources.launcher_env import data_run_tags, launcher_from_env
@@ -47,7 +48,10 @@ def experiment_definitions(experiments: list[Experiment]) -> Definitions:
                 description="Rolls what follows a scaling ladder forward once its backfill is complete.",
             )
         )
-    return Definitions(assets=assets, **parts)
+    board = leaderboard_definitions(steps, pool)
+    parts["jobs"] += board["jobs"]
+    parts["sensors"] += board["sensors"]
+    return Definitions(assets=[*assets, *board["assets"]], **parts)
 
 
 class ExperimentsComponent(Component, Model, Resolvable):

@@ -248,3 +248,18 @@ def _materialized(result: ExecuteInProcessResult) -> list[Materialized]:
 def _plain(metadata: dict[str, Any]) -> dict[str, Any]:
     """Dagster metadata values as the plain values they hold."""
     return {k: getattr(v, "value", v) for k, v in metadata.items()}
+
+
+def materialize_leaderboard(store_root: str | None, instance: DagsterInstance) -> dict[str, Any]:
+    """The leaderboard materialised in ``instance`` as the UI's automation would after an evaluation (the
+    command line runs no daemon); its metadata, as plain values."""
+    from dagster import materialize
+
+    from marin_pipelines.defs.leaderboard import LEADERBOARD_KEY, leaderboard_definitions
+    from marin_pipelines.resources import default_resources
+
+    board = next(a for a in leaderboard_definitions([], None)["assets"] if a.key == LEADERBOARD_KEY)
+    result = materialize(
+        [board], instance=instance, resources=default_resources(store_root), run_config=QUIET
+    )
+    return _plain(result.asset_materializations_for_node(board.op.name)[0].metadata)

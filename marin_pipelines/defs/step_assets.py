@@ -9,7 +9,7 @@ experiments that use the step.
 import base64
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from dagster import (
@@ -155,9 +155,12 @@ def step_asset(
     users: list[Experiment],
     automation: AutomationCondition | None = None,
     launcher_pool: str | None = None,
+    per_partition: tuple[PartitionsDefinition, Callable[[str, str], Step]] | None = None,
 ) -> AssetsDefinition:
     """The asset of ``step``; ``users`` are the experiments that declare it (tags, execution records);
-    ``launcher_pool`` the concurrency pool of the accelerator that training and evaluation run on."""
+    ``launcher_pool`` the concurrency pool of the accelerator that training and evaluation run on.
+    ``per_partition``: partitions that each are a step of their own, ``(partitions, (key, store root) ->
+    step)``, as the standard evaluation of each run in the store; ``step`` is then any one of them."""
     key = asset_key(step)
     stage = step.stage
 
@@ -165,11 +168,13 @@ def step_asset(
         key=key,
         group_name=step.key[0],
         description=f"{stage.description}\n\nDeclared at {step.declared_at}.",
-        code_version=step.version,
-        metadata={VERSION_KEY: step.version, "stage": stage.name, "declared_at": step.declared_at},
+        code_version=None if per_partition else step.version,
+        metadata={"stage": stage.name, "declared_at": step.declared_at}
+        if per_partition
+        else {VERSION_KEY: step.version, "stage": stage.name, "declared_at": step.declared_at},
         ins={name: asset_in(step, name) for name in step.inputs},
         deps=[asset_key(before) for before in step.after],
-        partitions_def=partitions(step),
+        partitions_def=per_partition[0] if per_partition else partitions(step),
         required_resource_keys={"store", *stage.needs},
         kinds=set(stage.kinds) or None,
         tags={EXPERIMENT_TAG.format(e.name): "" for e in users},
@@ -186,6 +191,7 @@ def step_asset(
 
         store = context.resources.store.store()
         partition = context.partition_key if context.has_partition_key else None
+        built = per_partition[1](partition, store.root) if per_partition and partition else step
         resources = {name: getattr(context.resources, name) for name in stage.needs}
         if "launcher" in resources:
             resources["launcher"] = BoundLauncher(resources["launcher"], context)
@@ -196,7 +202,7 @@ def step_asset(
             log.info(message)
 
         ctx = StepContext(
-            step, store, partition, resources, say, engine, made_by={"dagster_run_id": context.run.run_id}
+            built, store, partition, resources, say, engine, made_by={"dagster_run_id": context.run.run_id}
         )
         try:
             artifact = build_step(ctx, inputs)

@@ -31,7 +31,7 @@ import yaml
 
 from marin_pipelines.evals.lm_eval_tasks import SHIPPED_TASKS, SHIPPED_TASKS_DIR, task_scores
 from marin_pipelines.lease import ended_here, read_lease
-from marin_pipelines.store import MANIFEST, RECORDS, ArtifactStore
+from marin_pipelines.store import MANIFEST, RECORDS, Artifact, ArtifactStore, version_hash
 
 VALID, PARTIAL, FAILED, RUNNING, OTHER_VERSION = "valid", "partial", "failed", "running", "other version"
 COMMAND_LINE = "command line"  # the experiment of a run made by `marin-pipelines train` / `sft` / `import-hf`
@@ -71,7 +71,7 @@ class Model:
 class Column:
     """What one number measures: a task metric at a few-shot count and prompt form, or a set of files."""
 
-    metric: str  # TASK/METRIC, bpb/SET or chat/SET
+    metric: str  # TASK/METRIC, or bpb / chat for a set, which its files (not its name) tell apart
     n_shot: int | None = None
     prompt: str = "plain"  # or "chat": the prompts through the model's chat template
     data: str | None = None  # a bits-per-byte or chat set: its files (store-relative)
@@ -236,17 +236,17 @@ def _scores(
 
     if results is None:
         status = RUNNING if lease_held else FAILED
-        for name, paths in bpb_sets.items():
-            add(Column(f"bpb/{name}", data=files(paths)), None, status, higher_is_better=False)
-        for name, paths in chat_sets.items():
-            add(Column(f"chat/{name}", data=files(paths)), None, status, higher_is_better=False)
+        for paths in bpb_sets.values():
+            add(Column("bpb", data=files(paths)), None, status, higher_is_better=False)
+        for paths in chat_sets.values():
+            add(Column("chat", data=files(paths)), None, status, higher_is_better=False)
         for task in evals.get("tasks", []):
             add(Column(f"{task}/*", None, prompt), None, status)
         return out
     for name, result in results.get("bpb", {}).items():
         if name in bpb_sets:
             add(
-                Column(f"bpb/{name}", data=files(bpb_sets[name])),
+                Column("bpb", data=files(bpb_sets[name])),
                 result["bits_per_byte"],
                 VALID,
                 higher_is_better=False,
@@ -254,7 +254,7 @@ def _scores(
     for name, result in results.get("chat", {}).items():
         if name in chat_sets and result.get("loss") is not None:
             add(
-                Column(f"chat/{name}", data=files(chat_sets[name])),
+                Column("chat", data=files(chat_sets[name])),
                 result["loss"],
                 VALID,
                 higher_is_better=False,
@@ -677,3 +677,34 @@ def plot(board: Leaderboard, path: Path, max_panels: int = 9) -> bool:
     figure.tight_layout(rect=(0, 0.06, 1, 1))
     figure.savefig(path)
     return True
+
+
+LEADERBOARD = ["leaderboard"]  # its place in the store
+TABLE, PLOT, DATA = "leaderboard.parquet", "leaderboard.png", "leaderboard.json"
+
+
+def write_leaderboard(store: ArtifactStore, **options: Any) -> tuple[Artifact, bool]:
+    """The leaderboard of ``store`` as an output of its own (the table as JSON and parquet, its plot, and
+    the markdown table in its metadata), versioned by what it shows: nothing new in the store, nothing
+    rewritten. Returns it and whether it was there already."""
+    board = leaderboard(store, **options)
+    data = as_json(board)
+    version = version_hash(data)
+    found = store.get(LEADERBOARD, version)
+    if found is not None:
+        return found, True
+    with store.write(LEADERBOARD, version) as out:
+        (out.path / DATA).write_text(json.dumps(data, indent=1))
+        to_polars(board).write_parquet(out.path / TABLE)
+        out.metadata["markdown"] = {"leaderboard": markdown(board)}
+        if plot(board, out.path / PLOT):
+            out.metadata["plots"] = {"each score against training FLOPs, with the Pareto front": PLOT}
+        out.metadata.update(
+            models=len(board.models),
+            columns=len(board.columns),
+            average_of=[c.label for c in board.average_of],
+            table=f"{store.url(LEADERBOARD, version)}/{TABLE}",
+        )
+    artifact = store.get(LEADERBOARD, version)
+    assert artifact is not None
+    return artifact, False

@@ -29,15 +29,15 @@ class _Function(str):
     """A ``!function`` tag's value, kept as written so that lm-eval resolves it against the same folder."""
 
 
-class _Loader(yaml.SafeLoader):
-    pass
+class TaskLoader(yaml.SafeLoader):
+    """Reads a task YAML, its ``!function`` tags kept as written."""
 
 
 class _Dumper(yaml.SafeDumper):
     pass
 
 
-_Loader.add_constructor("!function", lambda loader, node: _Function(loader.construct_scalar(node)))
+TaskLoader.add_constructor("!function", lambda loader, node: _Function(loader.construct_scalar(node)))
 _Dumper.add_representer(_Function, lambda dumper, value: dumper.represent_scalar("!function", str(value)))
 
 
@@ -58,7 +58,7 @@ def resolve_task_dir(source: Path, target: Path) -> Path:
         raise FileNotFoundError(f"task folder not found: {source}")
     shutil.copytree(source, target, ignore=shutil.ignore_patterns("__pycache__"))
     for copy in target.rglob("*.yaml"):
-        config = yaml.load(copy.read_text(), Loader=_Loader)  # noqa: S506 - SafeLoader plus one tag
+        config = yaml.load(copy.read_text(), Loader=TaskLoader)  # noqa: S506 - SafeLoader plus one tag
         kwargs = config.get("dataset_kwargs") if isinstance(config, dict) else None
         if kwargs and "data_files" in kwargs:
             original_dir = source / copy.parent.relative_to(target)

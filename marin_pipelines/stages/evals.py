@@ -8,6 +8,7 @@ the step's previous version. It goes through the launcher, as training does: the
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Iterable
@@ -31,8 +32,9 @@ from marin_pipelines.evals.comparison import (
 )
 from marin_pipelines.evals.eval_results import EVAL_BATCH_SIZE, combine_bpb
 from marin_pipelines.evals.launch_config import EvalLaunch
+from marin_pipelines.evals.standard_suite import STANDARD_TASKS, standard_suite
 from marin_pipelines.stages.sft import HELDOUT_CHATS
-from marin_pipelines.steps import Check, StepContext, stage
+from marin_pipelines.steps import Check, Step, StepContext, stage
 from marin_pipelines.store import Artifact, ArtifactStore, PendingArtifact, read_url
 from marin_pipelines.tokenize.data_mixture import MixtureConfig
 from marin_pipelines.tokenize.tokenizer import TOKENIZER_FILE
@@ -97,36 +99,16 @@ def eval_results(
     }
     sets = {**validation, **{n: [a.url] for n, a in caches.items() if not n.startswith(CHAT_INPUT)}}
     evals = config.evals.model_copy(update={"chat": {**config.evals.chat, **chats}})
-    results_file = f"{out.work}/{RESULTS}"  # the child may be a pod: it writes into the store
-    messages = ctx.launcher.evaluate(
-        EvalLaunch(
-            checkpoint=checkpoint.url,
-            tokenizer=f"{tokenizer.url}/{TOKENIZER_FILE}",
-            bpb=sets,
-            evals=evals,
-            batch_size=config.batch_size,
-            out=results_file,
-        )
+    launch = EvalLaunch(
+        checkpoint=checkpoint.url,
+        tokenizer=f"{tokenizer.url}/{TOKENIZER_FILE}",
+        bpb=sets,
+        evals=evals,
+        batch_size=config.batch_size,
+        out=f"{out.work}/{RESULTS}",  # the child may be a pod: it writes into the store
     )
-    results = json.loads(read_url(results_file))
-    out.keep_work()
-    reported = [m["evaluated_on"] for m in messages if isinstance(m, dict) and "evaluated_on" in m]
-    if not reported:  # the results are in the file; only where they were computed is unknown
-        ctx.log("warning: the evaluation sent no summary message: evaluated_on is not reported")
-    flat = scores(results)
-    combined = combine_bpb([results["bpb"][name] for name in validation])
-    trained = checkpoint.metadata  # N is non-embedding params: at these sizes embeddings dominate the count
-    out.metadata.update(
-        loss=combined["loss"],  # what the scaling law fits and predicts: the training mixture's held-out loss
-        bits_per_byte=combined["bits_per_byte"],
-        params=trained["non_embedding_params"],
-        train_tokens=trained["tokens_seen"],
-        flops=trained["flops"],
-        scores=flat,
-        tasks=config.evals.tasks,
-        evaluated_on=reported[-1] if reported else "not reported",
-        **{field: trained[field] for field in RUNG_FIELDS if field in trained},  # which rung, on a ladder
-    )
+    results = launch_evaluation(ctx, out, launch)
+    flat = record_results(out, results, list(validation), config.evals.tasks, checkpoint.metadata)
     table = {"results": results_table(flat)}
     previous = next(
         (
@@ -151,6 +133,44 @@ def eval_results(
             ]
         )
     out.metadata["markdown"] = table
+
+
+def launch_evaluation(ctx: StepContext, out: PendingArtifact, launch: EvalLaunch) -> dict[str, Any]:
+    """The evaluation through the launcher; its results (kept with the output) and where it ran recorded."""
+    messages = ctx.launcher.evaluate(launch)
+    results = json.loads(read_url(launch.out))
+    out.keep_work()
+    reported = [m["evaluated_on"] for m in messages if isinstance(m, dict) and "evaluated_on" in m]
+    if not reported:  # the results are in the file; only where they were computed is unknown
+        ctx.log("warning: the evaluation sent no summary message: evaluated_on is not reported")
+    out.metadata["evaluated_on"] = reported[-1] if reported else "not reported"
+    return results
+
+
+def record_results(
+    out: PendingArtifact,
+    results: dict[str, Any],
+    validation: list[str],
+    tasks: list[str],
+    trained: dict[str, Any],
+) -> dict[str, float]:
+    """The evaluation's numbers in the output's metadata: the loss over the ``validation`` sets together
+    (what a scaling law fits and predicts: the training mixture's held-out loss), the run's size and
+    compute (``trained``: its summary; N is non-embedding params, as at these sizes embeddings dominate the
+    count) and every score. Returns the scores."""
+    flat = scores(results)
+    if validation:
+        combined = combine_bpb([results["bpb"][name] for name in validation])
+        out.metadata.update(loss=combined["loss"], bits_per_byte=combined["bits_per_byte"])
+    out.metadata.update(
+        params=trained.get("non_embedding_params"),
+        train_tokens=trained.get("tokens_seen"),
+        flops=trained.get("flops"),
+        scores=flat,
+        tasks=tasks,
+        **{field: trained[field] for field in RUNG_FIELDS if field in trained},  # which rung, on a ladder
+    )
+    return flat
 
 
 def decontaminated_items(store: ArtifactStore, caches: Iterable[str]) -> dict[str, list[str]]:
@@ -187,6 +207,63 @@ def training_sources(checkpoint: Artifact, tokenized_cache: Artifact) -> dict[st
         return checkpoint.metadata["data_sources"]
     mixture = MixtureConfig.model_validate(checkpoint.manifest["config"].get("data_mixture", {}))
     return mixture.cache_urls(tokenized_cache.url)
+
+
+class StandardEvalConfig(BaseModel):
+    """One finished run, evaluated on the standard suite (``evals/standard_suite.py``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    checkpoint: str = Field(description="the run folder, a path or URL: a step's output or a command's --out")
+    tasks: list[str] = Field(default_factory=lambda: list(STANDARD_TASKS), description="lm-eval tasks")
+    batch_size: int = Field(EVAL_BATCH_SIZE, ge=1)
+
+
+def run_content(config: StandardEvalConfig) -> str:
+    """The run's ``train.json`` (its steps, losses, when it started): a run trained further, or made again
+    in the same folder, is another checkpoint and is evaluated again."""
+    try:
+        return hashlib.sha256(read_url(f"{config.checkpoint.rstrip('/')}/train.json").encode()).hexdigest()
+    except FileNotFoundError:
+        return "missing"
+
+
+@stage(
+    StandardEvalConfig,
+    group="leaderboard",
+    kinds=("jax",),
+    checks={"tasks_scored": Check(tasks_scored)},
+    needs=("launcher",),
+    fingerprint=run_content,
+    headline=("loss", "bits_per_byte"),
+)
+def standard_evaluation(ctx: StepContext, out: PendingArtifact, config: StandardEvalConfig) -> None:
+    """One finished run on the standard suite: the shipped tasks (through its chat template if it is a
+    chat model), bits-per-byte on the caches it (or its base) trained on, its held-out chats. What the
+    new-checkpoints sensor runs on every run that lands in the store, for the leaderboard."""
+    bpb, evals, left_out = standard_suite(config.checkpoint, tuple(config.tasks))
+    for task, why in left_out.items():
+        ctx.log(f"{ctx.step.name}: {task} left out: {why}")
+    launch = EvalLaunch(
+        checkpoint=config.checkpoint,
+        bpb=bpb,
+        evals=evals,
+        batch_size=config.batch_size,
+        out=f"{out.work}/{RESULTS}",
+    )
+    results = launch_evaluation(ctx, out, launch)
+    trained = json.loads(read_url(f"{config.checkpoint.rstrip('/')}/train.json")).get("summary") or {}
+    flat = record_results(out, results, list(bpb), evals.tasks, trained)
+    out.metadata["tasks_left_out"] = left_out
+    out.metadata["markdown"] = {"results": results_table(flat)}
+
+
+STANDARD_EVAL = "leaderboard/standard_eval"  # the step (and asset) name of every standard evaluation
+
+
+def standard_eval_step(run: str) -> Step:
+    """The standard evaluation of the run folder ``run`` (partitioned by the run's place in the store)."""
+    return Step(STANDARD_EVAL, standard_evaluation, StandardEvalConfig(checkpoint=run))
 
 
 # the same evaluation for every rung of a ladder, partitioned as its checkpoints

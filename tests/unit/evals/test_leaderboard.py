@@ -216,7 +216,7 @@ def test_two_experiments_one_version_reused_one_row_with_both_names(store):
         lm_eval_results({"marin_python_qa": 0.1}),
         ["marin_python_qa"],
     )
-    board = lb.leaderboard(store, sort="bpb/main [data/cache@abc]")
+    board = lb.leaderboard(store, sort="bpb [data/cache@abc]")
     rows = {m.key: m for m in board.models}
     assert sorted(rows) == [a, b]
     assert rows[a].names == ["first/checkpoint", "second/checkpoint_again"]
