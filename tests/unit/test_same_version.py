@@ -8,7 +8,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from marin_pipelines.execution_record import step_status, write_record
+from marin_pipelines.execution_record import step_status, why_forked, write_record
 from marin_pipelines.experiment import Experiment
 from marin_pipelines.step_runner import run_steps
 from marin_pipelines.steps import Step, StepContext, build_step, stage
@@ -153,3 +153,20 @@ def test_an_alias_on_a_bucket_reads_the_originals_files(tmp_path, monkeypatch):
     alias = json.loads(store.read_text(f"b/words/_/{second.version}/{MANIFEST}"))
     assert alias["same_as"] == {"asset": "a/words", "url": original.url} and alias["files"] == []
     assert json.loads(store.read_text(f"{VERSIONS}/{first.version}/_.json"))["asset"] == "a/words"
+
+
+def test_why_a_hash_forked_reads_an_aliased_earlier_version_by_its_inputs_versions(tmp_path):
+    """The earlier version of b/shouted is a/shouted's output, which records a/words as its input: the same
+    version as b/words, so only the config changed."""
+    store = ArtifactStore(tmp_path)
+    a_words, b_words = Step("a/words", written, Words()), Step("b/words", written, Words())
+    run_steps([Step("a/shouted", shouted, Words(), {"written": a_words})], store)
+    earlier = Step("b/shouted", shouted, Words(), {"written": b_words})
+    assert run_steps([earlier], store).output(earlier).same_as == "a/shouted"
+    louder = Step("b/shouted", shouted, Words(text="louder"), {"written": b_words})
+    assert why_forked(store, louder, None) == {
+        "since": earlier.version,
+        "config": ["text"],
+        "inputs": [],
+        "other": [],
+    }
