@@ -28,12 +28,20 @@ def record_name(experiment: Experiment) -> str:
 
 
 def step_status(store: ArtifactStore, step: Step) -> dict[str, Any]:
-    """``status`` (done / to_run), ``output``, the runs that made it and, if not done, what changed."""
+    """``status`` (done / to_run), ``output``, the runs that made it and, if not done, what changed.
+
+    A step whose output is an alias of another step's (same version) records that output's url and, in
+    ``same_as``, its step (by partition for a partitioned step; its ``output`` is the original's when every
+    partition is an alias of one step's)."""
     partitions: list[str | None] = list(step.partition_keys()) if step.partitioning else [None]
     found = {p: store.get(step.key, step.version, p) for p in partitions}
     done = bool(partitions) and all(found.values())
     partitioned = partitions != [None]
-    output = store.url(step.key, step.version, "{partition}" if partitioned else None)
+    same_as = {p: a.same_as for p, a in found.items() if a is not None and a.same_as}
+    originals = set(same_as.values())
+    whole = len(originals) == 1 and len(same_as) == len(partitions)  # every output an alias of one step's
+    holder = originals.pop().split("/") if whole else step.key
+    output = store.url(holder, step.version, "{partition}" if partitioned else None)
     entry: dict[str, Any] = {
         **step.describe(),
         "status": "done" if done else "to_run",
@@ -42,6 +50,8 @@ def step_status(store: ArtifactStore, step: Step) -> dict[str, Any]:
             {a.manifest.get("made_by", {}).get("dagster_run_id") for a in found.values() if a} - {None}
         ),
     }
+    if same_as:
+        entry["same_as"] = {str(p): name for p, name in same_as.items()} if partitioned else same_as[None]
     if partitioned:
         entry["partitions"] = {str(p): "done" if a else "to_run" for p, a in found.items()}
     if not done:
@@ -56,8 +66,7 @@ def why_forked(store: ArtifactStore, step: Step, partition: str | None) -> dict[
     if not previous:
         return None
     last = previous[0].manifest
-    now = upstream_versions(step)
-    before = last.get("upstream", {})
+    now, before = _versions(upstream_versions(step)), _versions(last.get("upstream", {}))
     inputs = sorted(name for name in {*now, *before} if now.get(name) != before.get(name))
     fields = changed_fields(last.get("config"), step.config_json)
     return {
@@ -66,6 +75,12 @@ def why_forked(store: ArtifactStore, step: Step, partition: str | None) -> dict[
         "inputs": inputs,
         "other": [] if fields or inputs else ["code revision or input content"],
     }
+
+
+def _versions(upstream: dict[str, str]) -> dict[str, str]:
+    """Input -> version from a manifest's ``step@version``: an input's name is not versioned, and the
+    stored version may be another step's output of it (an alias), recorded under that step's inputs."""
+    return {name: ref.rpartition("@")[2] for name, ref in upstream.items()}
 
 
 @cache  # the code this process runs was loaded once: its commit does not change under it

@@ -35,7 +35,8 @@ class CheckFailed(ValueError):
 @dataclass
 class StepRun:
     """What a run of steps found or made: each step's output (by partition key for a partitioned step), and
-    which of them this run built (the others were complete already, or made meanwhile by another run)."""
+    which of them this run built (the others were complete already, made meanwhile by another run, or
+    another step's output of the same version: an alias, even of an output this run built)."""
 
     outputs: dict[str, Any] = field(default_factory=dict)  # name -> Artifact, or partition -> Artifact
     built: set[tuple[str, str | None]] = field(default_factory=set)
@@ -103,7 +104,7 @@ def run_steps(
             for key in keys:
                 ctx = StepContext(step, store, key, needs, log, running, made_by)
                 artifact = build_step(ctx, step_inputs(step, key, run.outputs))
-                if artifact.manifest.get("made_by") == made_by:
+                if artifact.same_as is None and artifact.manifest.get("made_by") == made_by:  # not an alias
                     run.built.add((step.name, key))
                 check(step, key, artifact, log)
                 outputs[key] = artifact

@@ -392,26 +392,37 @@ def changed_fields(before: Any, after: Any, prefix: str = "") -> list[str]:
 
 def build_step(ctx: StepContext, inputs: Mapping[str, Any]) -> Artifact:
     """The output for ``ctx.partition``: reused when complete at this version, else built atomically by
-    the one run that holds the version's lease (others wait for it and reuse its output)."""
+    the one run that holds the version's lease (others wait for it and reuse its output).
+
+    A version is one output whatever step names it (the name is not versioned): when another step's output
+    of this version is complete, the step gets an alias of it rather than computing the same bytes again.
+    """
     step = ctx.step
     artifact = ctx.store.get(step.key, step.version, ctx.partition)
     label = step.name + (f" [{ctx.partition}]" if ctx.partition else "")
     if artifact is not None:
-        ctx.log(f"{label}: reused version {step.version} ({artifact.url})")
+        of = f" of {artifact.same_as}" if artifact.same_as else ""
+        ctx.log(f"{label}: reused version {step.version}{of} ({artifact.url})")
         return artifact
     owner = this_process(**ctx.made_by)
     claim = ctx.store.claim(step.key, step.version, ctx.partition, owner, lambda m: ctx.log(f"{label}: {m}"))
+    record = (step.key, step.version, ctx.partition, step.config_json, upstream_versions(step), ctx.made_by)
     with claim as lease:
         if lease is None:
             artifact = ctx.store.get(step.key, step.version, ctx.partition)
             assert artifact is not None
             ctx.log(f"{label}: reused version {step.version}, made meanwhile by another run ({artifact.url})")
             return artifact
+        original = ctx.store.same_version(step.version, ctx.partition)
+        if original is not None and original.manifest["asset"] != step.name:
+            with ctx.store.write(*record, same_as=original):
+                pass
+            artifact = ctx.store.get(step.key, step.version, ctx.partition)
+            if artifact is not None:  # else the original went meanwhile: built here, over the alias
+                ctx.log(f"{label}: reused version {step.version} of {artifact.same_as} ({artifact.url})")
+                return artifact
         ctx.log(f"{label}: computing version {step.version}")
-        write = ctx.store.write(
-            step.key, step.version, ctx.partition, step.config_json, upstream_versions(step), ctx.made_by
-        )
-        with write as out:
+        with ctx.store.write(*record) as out:
             try:
                 step.stage.run(ctx, out, step.config, **inputs)
             finally:  # taken over by another run (which cleared this one's files): nothing is committed

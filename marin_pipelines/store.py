@@ -12,6 +12,9 @@ folder with a manifest is complete and one without is never read. Same version -
   cleared on failure: the next attempt resumes there. ``keep_work()`` makes its files part of the output.
 - Readers get ``Artifact.path``, a local folder: the artifact itself on a local store, else a verified
   copy downloaded once into the cache (``MARIN_CACHE_DIR``). Launched children get ``Artifact.url``.
+- A version is one output whatever step names it (a step's version does not hash its name): every write
+  is indexed under ``_versions/{version}/``, and a step of another name and the same version gets an
+  *alias*, a folder holding only a manifest with ``same_as``; reading it gives the original's files.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from itertools import chain
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +43,8 @@ STORE_ROOT = "MARIN_STORE_ROOT"  # the variable naming the store root, passed on
 MANIFEST = "manifest.json"
 UNPARTITIONED = "_"
 RECORDS = "_experiments"  # the experiments' execution records, under the root
+VERSIONS = "_versions"  # version -> the asset holding its output, one file per partition (same_version)
+SAME_AS = "same_as"  # an alias's manifest: {"asset": "a/b", "url": ...}, the output it stands for
 
 
 def version_hash(payload: Any) -> str:
@@ -78,6 +84,11 @@ def _file_entries(folder: Path) -> list[dict[str, Any]]:
         {"name": p.relative_to(folder).as_posix(), "bytes": p.stat().st_size, "sha256": _sha256(p)}
         for p in files
     ]
+
+
+def partition_folder(partition: str | None) -> str:
+    """The folder a partition's outputs live in: ``_`` for none; a multi-partition key's ``|`` as ``,``."""
+    return partition.replace("|", ",") if partition else UNPARTITIONED
 
 
 def read_url(url: str) -> str:
@@ -151,10 +162,21 @@ def local_copy(url: str | os.PathLike[str], manifest: dict[str, Any] | None = No
 
 @dataclass
 class Artifact:
-    """A complete artifact: where it lives (``url``), and its manifest."""
+    """A complete artifact: where it lives (``url``), and its manifest.
+
+    Asked for under a step name whose output is an alias of another step's (same version), it is that
+    other step's artifact (its url and manifest, so that every reader reads the one copy of the files), and
+    ``asked_as`` is the asset path it was asked for under ("a/b"); None for a step's own output.
+    """
 
     url: str
     manifest: dict[str, Any]
+    asked_as: str | None = None
+
+    @property
+    def same_as(self) -> str | None:
+        """The original's asset path when this was asked for under another name (an alias), else None."""
+        return self.manifest["asset"] if self.asked_as is not None else None
 
     @property
     def path(self) -> Path:
@@ -208,20 +230,73 @@ class ArtifactStore:
         self._base = self.root if self.local else base.rstrip("/")
 
     def url(self, asset_path: list[str], version: str, partition: str | None = None) -> str:
-        folder = partition.replace("|", ",") if partition else UNPARTITIONED  # multi-partition keys
-        return "/".join([self.root, *asset_path, folder, version])
+        return "/".join([self.root, *asset_path, partition_folder(partition), version])
 
     def _fs_path(self, url: str) -> str:
         return url if self.local else self._base + url[len(self.root) :]
 
     def get(self, asset_path: list[str], version: str, partition: str | None = None) -> Artifact | None:
-        """The complete artifact at this version, or None if absent or incomplete."""
+        """The complete artifact at this version, or None if absent or incomplete.
+
+        An alias gives its original (``asked_as`` set), found by asset path under this root rather than by
+        its recorded url, so that a copied or moved store reads its own copy; an alias whose original is
+        gone is incomplete (None), and the step is built again."""
         url = self.url(asset_path, version, partition)
         manifest = read_manifest(url)
-        return Artifact(url, manifest) if manifest is not None else None
+        if manifest is None or SAME_AS not in manifest:
+            return Artifact(url, manifest) if manifest is not None else None
+        original = self._original(manifest[SAME_AS]["asset"].split("/"), version, partition)
+        if original is None:
+            return None
+        return Artifact(original.url, original.manifest, asked_as="/".join(asset_path))
+
+    def _original(self, asset_path: list[str], version: str, partition: str | None) -> Artifact | None:
+        """The complete output of this version at ``asset_path`` if it is one itself, not an alias (aliases
+        never chain), and its manifest says this version."""
+        url = self.url(asset_path, version, partition)
+        manifest = read_manifest(url)
+        if manifest is None or SAME_AS in manifest or manifest.get("version") != version:
+            return None
+        return Artifact(url, manifest)
+
+    def same_version(self, version: str, partition: str | None = None) -> Artifact | None:
+        """A complete output of ``version`` (and partition) under any asset path, never an alias: the one
+        the version index names, else (a store written before the index, or an indexed output since
+        deleted) one of the steps of that version that the execution records list."""
+        for asset in chain(self._indexed(version, partition), self._recorded(version)):
+            if (found := self._original(asset.split("/"), version, partition)) is not None:
+                return found
+        return None
+
+    def _index_name(self, version: str, partition: str | None) -> str:
+        return f"{VERSIONS}/{version}/{partition_folder(partition)}.json"
+
+    def _indexed(self, version: str, partition: str | None) -> Iterator[str]:
+        text = self.read_text(self._index_name(version, partition))
+        if text is not None:
+            yield json.loads(text)["asset"]
+
+    def _recorded(self, version: str) -> Iterator[str]:
+        """The names (and originals) the execution records give the steps of ``version``; read only when
+        the index does not answer."""
+        try:
+            records = sorted(self.fs.glob(f"{self._base}/{RECORDS}/*.json"))
+        except FileNotFoundError:
+            return
+        for record in records:
+            try:
+                steps = json.loads(self.fs.cat_file(record))["steps"]
+            except (FileNotFoundError, ValueError, KeyError):  # gone meanwhile, or not a record
+                continue
+            for step in steps:
+                if step.get("version") == version:
+                    yield step["name"]
+                    same_as = step.get(SAME_AS) or {}  # a partitioned step's: by partition
+                    yield from same_as.values() if isinstance(same_as, dict) else [same_as]
 
     def others(self, asset_path: list[str], version: str, partition: str | None = None) -> list[Artifact]:
-        """Complete artifacts of the same asset and partition at other versions, newest first."""
+        """Complete artifacts of the same asset and partition at other versions, newest first; an alias
+        counts as its original's artifact (the earlier version of this step was that output)."""
         folder = self._fs_path(self.url(asset_path, version, partition)).rsplit("/", 1)[0]
         try:
             names = [entry.rstrip("/").rsplit("/", 1)[-1] for entry in self.fs.ls(folder, detail=False)]
@@ -285,11 +360,15 @@ class ArtifactStore:
         config: Any = None,
         upstream: dict[str, str] | None = None,
         made_by: dict[str, str] | None = None,
+        same_as: Artifact | None = None,
     ) -> Iterator[PendingArtifact]:
         """Write an artifact atomically; on any error the staged files are removed (``work`` is kept).
 
         ``config``, ``upstream`` (input -> step@version) and ``made_by`` (the run: its id) go into the
-        manifest: what made this version, and who.
+        manifest: what made this version, and who. A committed output is entered in the version index, so
+        that a step of another name and the same version finds it (``same_version``); with ``same_as`` (that
+        output) the artifact is an alias instead: no files, the original named in the manifest, and no
+        index entry, so that the index names real outputs only and aliases never chain.
         """
         final = self.url(asset_path, version, partition)
         work = final.rsplit("/", 1)[0] + f"/.{version}.work"
@@ -314,10 +393,15 @@ class ArtifactStore:
                 "files": [],
                 "metadata": pending.metadata,
             }
+            if same_as is not None:
+                manifest[SAME_AS] = {"asset": same_as.manifest["asset"], "url": same_as.url}
             if self.local:
                 self._commit_local(pending, manifest, Path(final))
             else:
                 self._commit_remote(pending, manifest, final)
+            if same_as is None:
+                entry = {"asset": manifest["asset"], "url": final}
+                self.write_text(self._index_name(version, partition), json.dumps(entry))
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
             tmp.with_name(tmp.name + OWNER).unlink(missing_ok=True)

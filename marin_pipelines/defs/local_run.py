@@ -204,7 +204,8 @@ def _reuse_stored(
     if any(c.blocking and not c.passed for c in checks):
         return False
     label = step.name + (f" [{partition}]" if partition else "")
-    log.info(f"{label}: reused version {step.version} ({artifact.url}), no run needed")
+    of = f" of {artifact.same_as}" if artifact.same_as else ""
+    log.info(f"{label}: reused version {step.version}{of} ({artifact.url}), no run needed")
     metadata = dagster_metadata(artifact, True, step.stage.headline)
     _record_in_instance(instance, step, partition, metadata)
     report.materialized.append(Materialized(step.name, partition, True, _plain(metadata)))

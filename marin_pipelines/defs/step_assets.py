@@ -208,7 +208,8 @@ def step_asset(
             artifact = build_step(ctx, inputs)
         except InputError as e:  # no retry can help (the retry policy is for preempted pods)
             raise Failure(description=str(e), allow_retries=False) from e
-        reused = artifact.manifest["made_by"] != ctx.made_by  # made earlier, or by another run meanwhile
+        # made earlier, by another run meanwhile, or under another step name (an alias, even in this run)
+        reused = artifact.same_as is not None or artifact.manifest["made_by"] != ctx.made_by
         yield Output(artifact, metadata=dagster_metadata(artifact, reused, step.stage.headline))
         for name, check in stage.checks.items():
             passed, metadata = check.fn(artifact)
@@ -225,7 +226,8 @@ def step_asset(
 def dagster_metadata(artifact: Artifact, reused: bool, headline: tuple[str, ...] = ()) -> dict[str, Any]:
     """Manifest -> UI metadata: scalars as numbers (plotted over time) to 5 significant digits, the funnel
     as a table. First what a reader looks for: the stage's ``headline`` entries and the funnel, then the
-    stage's others in its order (a comparison's verdict first), then where the output is and its size."""
+    stage's others in its order (a comparison's verdict first), then where the output is and its size; for
+    an alias, ``same_as`` names the step whose output it is (the path is that output's)."""
     files = artifact.manifest["files"]
     out: dict[str, Any] = {}
     for name, value in artifact.metadata.items():
@@ -249,6 +251,7 @@ def dagster_metadata(artifact: Artifact, reused: bool, headline: tuple[str, ...]
         "path": MetadataValue.path(artifact.url),
         "version": artifact.version,
         "reused": reused,
+        **({"same_as": artifact.same_as} if artifact.same_as else {}),
         "files": len(files),
         "bytes": sum(f["bytes"] for f in files),
         "wall_seconds": round(artifact.manifest["wall_seconds"], 1),

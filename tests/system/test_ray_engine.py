@@ -54,11 +54,12 @@ def warc_files(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
 
 
 def outputs(root: Path) -> dict[str, bytes]:
-    """Every output file of a store but the manifests (they hold times and run ids)."""
+    """Every output file of a store but the manifests (they hold times and run ids), the records and the
+    version index (they hold the store's own urls)."""
     return {
         str(p.relative_to(root)): p.read_bytes()
         for p in sorted(root.rglob("*"))
-        if p.is_file() and p.name != "manifest.json" and "_experiments" not in p.parts
+        if p.is_file() and p.name != "manifest.json" and not {"_experiments", "_versions"} & set(p.parts)
     }
 
 
