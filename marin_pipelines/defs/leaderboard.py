@@ -10,7 +10,6 @@
   depends on every evaluation asset, so declarative automation rebuilds it whenever any of them lands.
 """
 
-
 import json
 import os
 from collections.abc import Iterable

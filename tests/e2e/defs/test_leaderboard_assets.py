@@ -26,7 +26,6 @@ from marin_pipelines.resources.store import ArtifactStoreResource
 from marin_pipelines.store import MANIFEST, ArtifactStore
 
 
-
 def complete(tiny_store: str, step: str) -> Path:
     return next(p for p in Path(tiny_store, *step.split("/"), "_").iterdir() if (p / MANIFEST).is_file())
 
@@ -44,7 +43,11 @@ def evaluated_store(tiny_store: str, tmp_path: Path) -> str:
 def cli_store(tiny_store: str, tmp_path: Path) -> ArtifactStore:
     """A store holding one run made by `marin-pipelines train --out STORE/runs/mine`: the tiny pipeline's run
     folder as that command leaves it (no manifest: no step made it)."""
-    shutil.copytree(complete(tiny_store, "tiny/run"), tmp_path / "store" / "runs" / "mine", ignore=shutil.ignore_patterns(MANIFEST))
+    shutil.copytree(
+        complete(tiny_store, "tiny/run"),
+        tmp_path / "store" / "runs" / "mine",
+        ignore=shutil.ignore_patterns(MANIFEST),
+    )
     return ArtifactStore(tmp_path / "store")
 
 
