@@ -294,7 +294,8 @@ def read_store(store: ArtifactStore) -> tuple[dict[str, Model], list[Score]]:
             continue
         manifest = _read_json(store, f"{relative}/{MANIFEST}") if MANIFEST in files else None
         if manifest and manifest.get("same_as"):
-            original = _relative(store, manifest["same_as"]["url"])
+            folder = relative.rsplit("/", 2)[-2]  # by name, not url: a copied store reads its own copy
+            original = f"{manifest['same_as']['asset']}/{folder}/{manifest['version']}"
             aliases.setdefault(original, []).append(manifest["asset"])
             alias_of[relative] = original
         elif "train.json" in files and "model.json" in files:
