@@ -20,6 +20,7 @@ from dagster import (
     AssetsDefinition,
     AutomationCondition,
     AutomationConditionSensorDefinition,
+    Config,
     DefaultSensorStatus,
     DynamicPartitionsDefinition,
     MaterializeResult,
@@ -32,6 +33,7 @@ from dagster import (
     define_asset_job,
     sensor,
 )
+from pydantic import Field
 
 from marin_pipelines.defs.automation import EXPERIMENT_RUN_TAG, SENSOR_INTERVAL_SECONDS
 from marin_pipelines.defs.step_assets import asset_key, dagster_metadata, step_asset
@@ -57,6 +59,15 @@ def standard_eval_asset(launcher_pool: str | None) -> AssetsDefinition:
     return step_asset(template, [], None, launcher_pool, per_partition=(RUNS, standard_eval_of))
 
 
+class LeaderboardConfig(Config):
+    """How the table ranks and averages (the launchpad's config; automation takes the defaults)."""
+
+    sort: str | None = Field(None, description="a column's label to rank by; none: the average")
+    average: list[str] = Field(
+        default_factory=lambda: list(lb.AVERAGE_TASKS), description="tasks whose headline scores are averaged"
+    )
+
+
 def leaderboard_asset(evaluations: Iterable[AssetKey]) -> AssetsDefinition:
     @asset(
         key=LEADERBOARD_KEY,
@@ -70,9 +81,9 @@ def leaderboard_asset(evaluations: Iterable[AssetKey]) -> AssetsDefinition:
         "the newest valid result in each cell, the average over the models with every task. Rebuilt "
         "whenever an evaluation lands.",
     )
-    def leaderboard(context: AssetExecutionContext) -> MaterializeResult:
+    def leaderboard(context: AssetExecutionContext, config: LeaderboardConfig) -> MaterializeResult:
         store: ArtifactStore = context.resources.store.store()
-        artifact, reused = lb.write_leaderboard(store)
+        artifact, reused = lb.write_leaderboard(store, sort=config.sort, average=config.average)
         context.log.info(f"leaderboard: {artifact.metadata['models']} models ({artifact.url})")
         return MaterializeResult(metadata=dagster_metadata(artifact, reused))
 

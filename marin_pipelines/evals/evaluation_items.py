@@ -126,10 +126,10 @@ def evaluation_items(against: Sequence[str]) -> list[EvalItem]:
 def _task_name(yaml_file: str) -> str:
     import yaml
 
-    from marin_pipelines.evals.lm_eval_tasks import _Loader
+    from marin_pipelines.evals.lm_eval_tasks import TaskLoader
 
     with open(yaml_file) as f:
-        config = yaml.load(f, Loader=_Loader)  # noqa: S506 - SafeLoader plus lm-eval's !function tag
+        config = yaml.load(f, Loader=TaskLoader)  # noqa: S506 - SafeLoader plus lm-eval's !function tag
     if not isinstance(config, dict) or "task" not in config:
         raise ValueError(f"{yaml_file}: not an lm-eval task (no 'task' field)")
     return str(config["task"])

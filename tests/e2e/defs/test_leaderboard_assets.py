@@ -6,6 +6,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import yaml
 from dagster import (
     AssetKey,
     AssetMaterialization,
@@ -101,3 +102,16 @@ def test_the_leaderboard_rebuilds_when_an_evaluation_lands_and_opens_with_its_ta
     table = json.loads(Path(metadata["path"].value, lb.DATA).read_text())
     assert [r["names"] for r in table["rows"]] == [["tiny/run"]]
     assert Path(metadata["table"].value).is_file()
+
+
+def test_the_sensor_is_off_on_a_laptop_and_on_in_production(monkeypatch):
+    from dagster import DefaultSensorStatus
+
+    from marin_pipelines.defs.leaderboard import EVALUATE_NEW_RUNS, new_runs_sensor
+
+    monkeypatch.delenv(EVALUATE_NEW_RUNS, raising=False)
+    assert new_runs_sensor("job").default_status == DefaultSensorStatus.STOPPED
+    deployed = yaml.safe_load(Path(__file__).parents[3].joinpath("deploy/k8s/marin-env.yaml").read_text())
+    monkeypatch.setenv(EVALUATE_NEW_RUNS, deployed["data"][EVALUATE_NEW_RUNS])
+    sensor = new_runs_sensor("job")
+    assert sensor.default_status == DefaultSensorStatus.RUNNING and "On by default here" in sensor.description

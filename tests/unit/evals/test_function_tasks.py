@@ -14,7 +14,7 @@ from marin_pipelines.evals.lm_eval_tasks import (
     FUNCTION_TASKS,
     SHIPPED_TASKS,
     SHIPPED_TASKS_DIR,
-    _Loader,
+    TaskLoader,
     run_tasks,
     task_scores,
 )
@@ -27,7 +27,7 @@ FUNCTIONS = [json.loads(line) for line in (SHIPPED_TASKS_DIR / TEST_FILE).read_t
 
 
 def task_config(name: str) -> dict:
-    return yaml.load((SHIPPED_TASKS_DIR / f"{name}.yaml").read_text(), Loader=_Loader)  # noqa: S506
+    return yaml.load((SHIPPED_TASKS_DIR / f"{name}.yaml").read_text(), Loader=TaskLoader)  # noqa: S506
 
 
 def test_the_shipped_files_are_this_python_s_docstrings():
