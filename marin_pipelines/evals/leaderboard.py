@@ -31,14 +31,23 @@ import yaml
 
 from marin_pipelines.evals.lm_eval_tasks import SHIPPED_TASKS, SHIPPED_TASKS_DIR, task_scores
 from marin_pipelines.lease import ended_here, read_lease
-from marin_pipelines.store import MANIFEST, RECORDS, Artifact, ArtifactStore, version_hash
+from marin_pipelines.store import (
+    MANIFEST,
+    RECORDS,
+    SAME_AS,
+    VERSIONS,
+    Artifact,
+    ArtifactStore,
+    partition_folder,
+    version_hash,
+)
 
 VALID, PARTIAL, FAILED, RUNNING, OTHER_VERSION = "valid", "partial", "failed", "running", "other version"
 COMMAND_LINE = "command line"  # the experiment of a run made by `marin-pipelines train` / `sft` / `import-hf`
 # the tasks whose headline metric the average covers unless told otherwise: the standard suite's, less
 # marin_python_text (perplexities, not a score in [0, 1])
 AVERAGE_TASKS = ("marin_python_mc", "marin_python_cloze", "marin_python_qa", "marin_python_doc")
-SKIPPED_DIRS = (RECORDS, "_versions")
+SKIPPED_DIRS = (RECORDS, VERSIONS)
 
 
 @dataclass
@@ -201,7 +210,7 @@ def _model_key(store: ArtifactStore, manifest: dict[str, Any] | None, launch: di
     if upstream:
         name, _, version = upstream.rpartition("@")
         partition = (manifest or {}).get("partition")
-        return f"{name}/{partition.replace('|', ',') if partition else '_'}/{version}"
+        return f"{name}/{partition_folder(partition)}/{version}"
     return _relative(store, launch["checkpoint"])
 
 
@@ -293,9 +302,9 @@ def read_store(store: ArtifactStore) -> tuple[dict[str, Model], list[Score]]:
                 evaluations.append((relative, None, _read_json(store, f"{relative}/eval_launch.json")))
             continue
         manifest = _read_json(store, f"{relative}/{MANIFEST}") if MANIFEST in files else None
-        if manifest and manifest.get("same_as"):
+        if manifest and manifest.get(SAME_AS):
             folder = relative.rsplit("/", 2)[-2]  # by name, not url: a copied store reads its own copy
-            original = f"{manifest['same_as']['asset']}/{folder}/{manifest['version']}"
+            original = f"{manifest[SAME_AS]['asset']}/{folder}/{manifest['version']}"
             aliases.setdefault(original, []).append(manifest["asset"])
             alias_of[relative] = original
         elif "train.json" in files and "model.json" in files:
