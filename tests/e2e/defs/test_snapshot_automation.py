@@ -36,7 +36,8 @@ def _experiment(root) -> tuple[Experiment, TextSteps]:
 
 def _automation(experiment: Experiment):
     defs = experiment_definitions([experiment])
-    (sensor,), (schedule,) = defs.sensors, defs.schedules
+    (sensor,) = [s for s in defs.sensors if s.name.endswith("_new_snapshots")]
+    (schedule,) = defs.schedules
     return sensor, schedule
 
 
