@@ -99,11 +99,20 @@ def _short(value: Any, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+class Grid(GridSampler):
+    """Optuna's grid sampler, which stops the study once every point is asked for: only possible inside
+    ``Study.optimize``; a sweep asks for ``trials`` itself."""
+
+    def after_trial(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+
 def make_sampler(settings: SweepSettings, space: SearchSpace, seed: int) -> BaseSampler:
     """The sampler that draws one trial, seeded by ``seed`` (each trial its own: workers that share the study
-    never draw the same sequence)."""
+    never draw the same sequence). The grid is shuffled by the sweep's seed, the same for every trial: its
+    trial n takes the n-th point of that order."""
     if settings.sampler == "grid":
-        return GridSampler(space.grid(), seed=seed)
+        return Grid(space.grid(), seed=settings.seed)
     if settings.sampler == "random":
         return RandomSampler(seed=seed)
     return TPESampler(seed=seed, n_startup_trials=settings.startup_trials)

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from marin_pipelines.tokenize.tokenized_cache import TokenSplit
+if TYPE_CHECKING:
+    from marin_pipelines.tokenize.tokenized_cache import TokenSplit
 
 # batches of the run's batch size: enough to rank trials, a few forward passes a report
 VALIDATION_BATCHES = 4
