@@ -56,12 +56,13 @@ class Param:
     grid: tuple[Choice, ...] | None  # the grid sampler's values; None: none given for a float range
 
     def describe(self) -> dict[str, Any]:
-        """What the sweep's identity records of it."""
-        return {
-            "distribution": type(self.distribution).__name__,
-            **vars(self.distribution),
-            "grid": self.grid,
-        }
+        """What the sweep's identity records of it (in words of its own, whatever Optuna's classes hold)."""
+        dist = self.distribution
+        if isinstance(dist, CategoricalDistribution):
+            return {"choices": list(dist.choices)}
+        assert isinstance(dist, FloatDistribution | IntDistribution)
+        kind = "int" if isinstance(dist, IntDistribution) else "float"
+        return {kind: [dist.low, dist.high], "log": dist.log, "step": dist.step, "grid": self.grid}
 
 
 @dataclass(frozen=True)
