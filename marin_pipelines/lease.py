@@ -182,13 +182,15 @@ def hold(
     owner: dict[str, Any],
     ttl: float,
     say: Callable[[str], None] = lambda message: None,
+    poll: float | None = None,
 ) -> Iterator[Lease | None]:
     """The lease at ``path`` for the block, or None once ``done()`` (another run finished the work).
 
-    Waits while another run holds it, polling a few times per ``ttl``; takes it over when its heartbeat has
-    not moved for ``ttl`` seconds. Released at the end of the block, whatever happened in it.
+    Waits while another run holds it, polling a few times per ``ttl`` (or every ``poll`` seconds: a lease
+    held for moments); takes it over when its heartbeat has not moved for ``ttl`` seconds. Released at the
+    end of the block, whatever happened in it.
     """
-    poll = min(5.0, ttl / 4)
+    poll = min(5.0, ttl / 4) if poll is None else poll
     seen: tuple[str, int] | None = None
     since = time.monotonic()
     lease: Lease | None = None
@@ -253,10 +255,15 @@ def hold_output(url: str, command: str, say: Callable[[str], None]) -> Iterator[
     """The lease of a command's output (a run folder, a cache, a results file) for the block: the same lease
     a step takes on its version, beside the output (``.NAME.lease``), so that a second command writing there
     waits for the first (then resumes or reuses what it finished) instead of writing beside it."""
-    fs, path = fsspec.core.url_to_fs(url)
-    folder, _, name = path.rstrip("/").rpartition("/")
-    fs.makedirs(folder or ".", exist_ok=True)
-    lease_path = f"{folder}/.{name}.lease" if folder else f".{name}.lease"
+    fs, lease_path = output_lease(url)
     with hold(fs, lease_path, lambda: False, this_process(command=command), lease_ttl(), say) as lease:
         assert lease is not None  # never done before it starts: a command always does its work
         yield lease
+
+
+def output_lease(url: str) -> tuple[AbstractFileSystem, str]:
+    """Where the lease of the output ``url`` lives (``.NAME.lease`` beside it; its folder made)."""
+    fs, path = fsspec.core.url_to_fs(url)
+    folder, _, name = path.rstrip("/").rpartition("/")
+    fs.makedirs(folder or ".", exist_ok=True)
+    return fs, f"{folder}/.{name}.lease" if folder else f".{name}.lease"

@@ -22,6 +22,7 @@ COMMANDS = (
     "tokenize",
     "train",
     "sft",
+    "sweep",
     "checkpoint_info",
     "export_hf",
     "import_hf",

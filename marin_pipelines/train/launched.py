@@ -16,6 +16,7 @@ from marin_pipelines.train.distributed import is_primary
 from marin_pipelines.train.fp8 import check_fp8
 from marin_pipelines.train.launch_config import TrainLaunch
 from marin_pipelines.train.model import LlamaConfig
+from marin_pipelines.train.reporting import Reports, ValidationBatches
 from marin_pipelines.train.run_inputs import (
     base_identity,
     check_inputs,
@@ -29,12 +30,16 @@ from marin_pipelines.train.trainer import train
 Reporters = Callable[[LlamaConfig], Sequence[Callable[[dict[str, Any]], None]]]
 
 
-def train_launched(launch: TrainLaunch, reporters: Reporters = lambda model: ()) -> dict[str, Any]:
+def train_launched(
+    launch: TrainLaunch, reporters: Reporters = lambda model: (), reports: Reports | None = None
+) -> dict[str, Any]:
     """Train ``launch``'s run into its folder (resuming from the last checkpoint there); its summary.
 
     ``reporters(model)`` gives where each step's record goes (Dagster Pipes, wandb), knowing the model the
-    run resolved to. Process 0 copies the cache's tokenizer beside the checkpoints: evaluation needs no
-    other input. A warm start's base on another tokenizer is refused unless the launch allows it."""
+    run resolved to. ``reports`` (a sweep's trial) measures the validation loss on fixed windows of the
+    cache's validation split (``launch.data``'s, whatever the mixture) and reports it. Process 0 copies the
+    cache's tokenizer beside the checkpoints: evaluation needs no other input. A warm start's base on another
+    tokenizer is refused unless the launch allows it."""
     run, out = launch.run, launch.out
     data = local_copy(launch.data)  # the batches read a few windows per step: from local disk
     cache = TokenCache(data)
@@ -43,6 +48,11 @@ def train_launched(launch: TrainLaunch, reporters: Reporters = lambda model: ())
     # process computes its own rows of it.
     loader = MixtureLoader.from_config(
         local_sources(run.data), str(data), model.seq_len, run.train.batch_size, run.train.seed
+    )
+    validation = (
+        ValidationBatches(cache.validation, model.seq_len, run.train.batch_size, reports.batches, launch.data)
+        if reports is not None
+        else None
     )
     check_layout(run.train, model, jax.device_count())  # a config error records nothing in the folder
     if model.fp8:
@@ -68,6 +78,8 @@ def train_launched(launch: TrainLaunch, reporters: Reporters = lambda model: ())
         warm_start=launch.warm_start,
         warm_start_optimizer=launch.warm_start_optimizer,
         warm_start_notes=notes,
+        validation=validation,
+        reports=reports,
     )
     # what the loader reads from, mapped a few shards at a time (tokenized_cache.OPEN_MAPS)
     return {**summary, "train_shards": {name: len(c.train.shards) for name, c in loader.caches.items()}}

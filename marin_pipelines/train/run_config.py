@@ -47,17 +47,27 @@ class RunConfig(BaseModel):
 
 def load_run_config(path: str | Path) -> RunConfig:
     """Read and validate a YAML run config (a path or URL); errors name the file and each bad field."""
+    return validate_run_config(read_yaml(path, "training config"), f"training config {path}")
+
+
+def read_yaml(path: str | Path, what: str) -> Any:
+    """A YAML file (a path or URL) as data ({} when empty); errors name ``what`` and the file, and where in it
+    the YAML breaks."""
     try:
         text = read_url(str(path))
     except FileNotFoundError:
-        raise FileNotFoundError(f"no such config file: {path}") from None
+        raise FileNotFoundError(f"no such {what} file: {path}") from None
     try:
-        data = yaml.safe_load(text) or {}
+        return yaml.safe_load(text) or {}
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(e, "problem", None) or e
-        raise ValueError(f"training config {path} is not valid YAML{where}: {problem}") from None
+        raise ValueError(f"{what} {path} is not valid YAML{where}: {problem}") from None
+
+
+def validate_run_config(data: Any, what: str) -> RunConfig:
+    """``data`` as a run config; else a ValueError naming ``what`` and each bad field (its model's first)."""
     problems = model_problems(data.get("model")) if isinstance(data, dict) else []
     try:
         run = RunConfig.model_validate(data)
@@ -65,7 +75,7 @@ def load_run_config(path: str | Path) -> RunConfig:
         problems += field_problems(e, RunConfig)
     if problems:
         listed = f" {problems[0]}" if len(problems) == 1 else "\n" + "\n".join(f"  {p}" for p in problems)
-        raise ValueError(f"invalid training config {path}:{listed}")
+        raise ValueError(f"invalid {what}:{listed}")
     return run
 
 

@@ -21,9 +21,11 @@ the layout of every segment (the step it started from, processes, devices, mesh,
 
 A checkpoint directory (a local path or a ``gs://`` URL) holds ``checkpoints/`` (orbax steps),
 ``model.json``, ``train.json`` (config + summary), ``metrics.jsonl`` (one line per step) and
-``loss_curve.png``. Object storage has no append and a killed process never closes its file, so the
-metrics are kept in memory and ``metrics.jsonl`` is rewritten whole before every checkpoint and at the
-end: a resumed run finds every step before its checkpoint.
+``loss_curve.png``. With ``reports`` (``reporting``: a sweep's trial) the run measures its validation loss
+every few steps, records it in the step's line and hands it to a callback that may stop the run there.
+Object storage has no append and a killed process never closes its file, so the metrics are kept in
+memory and ``metrics.jsonl`` is rewritten whole before every checkpoint and at the end: a resumed run
+finds every step before its checkpoint.
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ from marin_pipelines.train.loss_curve import loss_curve_png
 from marin_pipelines.train.model import Llama, LlamaConfig
 from marin_pipelines.train.moe import MoEConfig, RouterStats, rebalance, router_loss, router_metrics
 from marin_pipelines.train.optimizer import learning_rate_schedule, make_optimizer
+from marin_pipelines.train.reporting import Reports, StopTraining
 from marin_pipelines.train.run_inputs import check_steps
 from marin_pipelines.train.sharding import (
     batch_sharding,
@@ -82,6 +85,7 @@ FINAL_LOSS_WINDOW = 10
 
 TrainState = dict[str, Any]
 TrainStep = Callable[[TrainState, jax.Array], tuple[TrainState, dict[str, jax.Array]]]
+LossFn = Callable[[nnx.State, jax.Array], tuple[jax.Array, "Losses"]]
 
 
 @runtime_checkable
@@ -104,10 +108,8 @@ def _is_spike(loss: jax.Array, state: TrainState, config: TrainConfig) -> jax.Ar
     return full & (loss > window.mean() + config.spike_sigma * window.std())
 
 
-def _make_train_step(
-    graphdef: nnx.GraphDef, tx: optax.GradientTransformation, config: TrainConfig, moe: MoEConfig | None
-) -> TrainStep:
-    schedule = learning_rate_schedule(config)
+def _make_loss(graphdef: nnx.GraphDef, config: TrainConfig, moe: MoEConfig | None) -> LossFn:
+    """The training loss of a batch and its parts: one definition for the train step and the validation."""
 
     def loss_fn(params: nnx.State, batch: jax.Array) -> tuple[jax.Array, Losses]:
         model = nnx.merge(graphdef, params)
@@ -122,6 +124,15 @@ def _make_train_step(
         if moe is not None:
             loss = loss + router_loss(losses.routing, moe)
         return loss, losses
+
+    return loss_fn
+
+
+def _make_train_step(
+    graphdef: nnx.GraphDef, tx: optax.GradientTransformation, config: TrainConfig, moe: MoEConfig | None
+) -> TrainStep:
+    schedule = learning_rate_schedule(config)
+    loss_fn = _make_loss(graphdef, config, moe)
 
     def train_step(state: TrainState, batch: jax.Array) -> tuple[TrainState, dict[str, jax.Array]]:
         (loss, (cross_entropy, z_loss, routing)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
@@ -275,6 +286,41 @@ def _metrics_before(path: UPath, step: int) -> list[dict[str, Any]]:
     return [record for record in records if record["step"] < step]
 
 
+def _make_validation(
+    graphdef: nnx.GraphDef,
+    config: TrainConfig,
+    moe: MoEConfig | None,
+    reports: Reports,
+    batches: list[jax.Array],
+    params_sharding: Any,
+    rows_sharding: jax.sharding.NamedSharding,
+    replicated: jax.sharding.NamedSharding,
+) -> Callable[[TrainState, list[dict[str, Any]], int], dict[str, float]]:
+    """What a report holds once ``done`` steps are done: the mean cross-entropy over the fixed validation
+    ``batches`` (one jitted forward pass, the training loss's own definition) and the mean training loss of
+    the steps since the previous report."""
+    loss_fn = _make_loss(graphdef, config, moe)
+    cross_entropy = jax.jit(
+        lambda params, batch: loss_fn(params, batch)[1].cross_entropy,
+        in_shardings=(params_sharding, rows_sharding),
+        out_shardings=replicated,
+    )
+
+    def measure(state: TrainState, metrics: list[dict[str, Any]], done: int) -> dict[str, float]:
+        losses = jax.device_get([cross_entropy(state["params"], batch) for batch in batches])
+        since = metrics[(done - 1) // reports.every * reports.every : done]
+        return {
+            "val_loss": float(np.mean(losses)),
+            "train_loss": float(np.mean([m["loss"] for m in since])),
+        }
+
+    return measure
+
+
+def _final_loss(metrics: list[dict[str, Any]]) -> float:
+    return float(np.mean([m["loss"] for m in metrics[-FINAL_LOSS_WINDOW:]]))
+
+
 def _check_resumable(found: dict[str, Any], expected: dict[str, Any], where: UPath) -> None:
     """A checkpoint is only resumed by the run that wrote it (``steps`` may grow: extending a run), on any
     layout (``LAYOUT_FIELDS``, devices, processes): ``layouts`` records each segment's."""
@@ -302,6 +348,8 @@ def train(
     warm_start: str | os.PathLike[str] | None = None,
     warm_start_optimizer: bool = False,
     warm_start_notes: dict[str, Any] | None = None,
+    validation: Batches | None = None,
+    reports: Reports | None = None,
 ) -> dict[str, Any]:
     """Train into ``out_dir`` (a path or URL), resuming from its last checkpoint if it has one.
 
@@ -315,11 +363,18 @@ def train(
     ``BatchRows`` source is asked for this process's rows only; a plain function's batch is sliced. Bad
     updates (non-finite, or a loss spike) are skipped and counted; more than ``max_consecutive_skips`` in
     a row raise RuntimeError.
-    ``on_step`` callbacks get each step's metrics record. Returns the summary that process 0 also writes
+    ``on_step`` callbacks get each step's metrics record. With ``reports`` the run reports metrics every few
+    steps (``reporting``): batch ``i`` of ``validation`` (a source like ``batch_fn``, indexed by batch, each
+    call the same) for i < ``reports.batches`` is the fixed validation set; a report's metrics join its step's
+    record, and a ``StopTraining`` raised by the callback ends the run there, its checkpoint, metrics and loss
+    curve saved, and is raised on. Without ``reports`` nothing is measured: the run is as before. Returns the
+    summary that process 0 also writes
     to ``train.json`` (with ``started_at``, the first start, which process 0 records in ``started.json``).
     """
     out_dir = UPath(out_dir)
     primary = is_primary()
+    if reports is not None and validation is None:
+        raise ValueError("reports need validation batches to measure the validation loss on")
     check_layout(config, model_config, jax.device_count())
     if model_config.fp8:
         check_fp8(jax.devices()[0].platform)
@@ -343,9 +398,16 @@ def train(
     batch_shape = (config.batch_size, *((3,) if packed else ()), model_config.seq_len + 1)
     rows = process_rows(rows_sharding, batch_shape)
 
-    def batch_of(step: int) -> jax.Array:
-        local = _local_rows(batch_fn, step, rows, batch_shape, model_config.vocab_size)
+    def batch_of(step: int, source: Batches = batch_fn) -> jax.Array:
+        local = _local_rows(source, step, rows, batch_shape, model_config.vocab_size)
         return jax.make_array_from_process_local_data(rows_sharding, local, batch_shape)
+
+    measure = None
+    if reports is not None and validation is not None:
+        fixed = [batch_of(i, validation) for i in range(reports.batches)]
+        measure = _make_validation(
+            graphdef, config, model_config.moe, reports, fixed, shardings["params"], rows_sharding, replicated
+        )
 
     tokens_per_step = config.batch_size * model_config.seq_len
     flops_per_token = model_config.flops_per_token()
@@ -410,8 +472,29 @@ def train(
                     record["tokens_per_s"] = tokens_per_step / seconds
                     record["mfu"] = record["tokens_per_s"] * flops_per_token / peak_flops
                     metrics.append(record)
+                    reported = None
+                    if reports is not None and measure is not None and reports.due(step + 1, config.steps):
+                        reported = measure(state, metrics, step + 1)
+                        record |= reported  # in the step's line, and in what the callbacks get
                     for callback in on_step:
                         callback(record)
+                    if reports is not None and reported is not None:
+                        try:
+                            reports.on_report(step + 1, reported)
+                        except StopTraining:  # the run ends here, kept as it is at this step
+                            if primary:
+                                _write_metrics(metrics_path, metrics)
+                            checkpoints.save(step + 1, state, meta)
+                            if primary:
+                                curve = {
+                                    "params": model_config.num_params(),
+                                    "tokens_seen": tokens_per_step * (step + 1),
+                                    "initial_loss": metrics[0]["loss"],
+                                    "final_loss": _final_loss(metrics),
+                                    "stopped_at": step + 1,
+                                }
+                                write_url(str(out_dir / LOSS_CURVE_FILE), loss_curve_png(metrics, curve))
+                            raise
                     if int(state["consecutive_skips"]) >= config.max_consecutive_skips:
                         raise RuntimeError(
                             f"{config.max_consecutive_skips} bad updates in a row (non-finite or spiking "
@@ -438,7 +521,7 @@ def train(
         "steps": config.steps,
         "resumed_from_step": start,
         "initial_loss": metrics[0]["loss"],
-        "final_loss": float(np.mean([m["loss"] for m in metrics[-FINAL_LOSS_WINDOW:]])),
+        "final_loss": _final_loss(metrics),
         "skipped_updates": sum(m["skipped"] for m in metrics),
         "tokens_seen": tokens_per_step * config.steps,
         "params": model_config.num_params(),

@@ -15,7 +15,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("__init__", "cpu_limit", "lease", "config_errors", "orphans"),
     ("engine", "store", "documents", "launch_config"),
     # the core library
-    ("crawl", "text", "quality", "tokenize", "train", "inference", "serving", "evals", "scaling"),
+    ("crawl", "text", "quality", "tokenize", "train", "inference", "serving", "evals", "scaling", "sweeps"),
     ("steps", "step_runner", "experiment", "execution_record"),
     ("stages",),
     ("experiments", "process_crawl", "forecast"),
