@@ -35,7 +35,7 @@ demo: install
 test: install
 	$(VENV)/bin/dg check defs
 	$(PY) -m compileall -q marin_pipelines tests > /dev/null
-	$(VENV)/bin/pytest -n 2 --dist loadfile --no-loadscope-reorder
+	$(VENV)/bin/pytest -n 2 --dist loadfile --no-loadscope-reorder --durations=15
 
 # the unit tier only: no Dagster, in process, seconds a test
 test-fast: install
