@@ -1,5 +1,5 @@
-"""The sweep step as an experiment declares it: what it sweeps, what its version hashes, and its best config as
-a later training step's input (no Dagster, nothing trains)."""
+"""The sweep step as an experiment declares it: what it sweeps, what its version hashes, and its best config
+as a later training step's input (no Dagster, nothing trains)."""
 
 import pytest
 from tiny_pipeline import MODEL, tiny_run, tiny_tokens
