@@ -34,6 +34,7 @@ import optuna
 import polars as pl
 from optuna.trial import TrialState
 
+from marin_pipelines.lease import Lease
 from marin_pipelines.orphans import die_with_parent
 from marin_pipelines.store import is_local, write_url
 from marin_pipelines.sweeps.claims import Claims, asking, trial_folder
@@ -159,11 +160,23 @@ def work(plan: SweepPlan, worker: int, on_trial: TrialEvents | None = None) -> N
         if lease is None:
             time.sleep(WAIT_SECONDS)
             continue
-        try:
-            run_trial(plan, study, trial, reported)
-        finally:
-            lease.release()
-        _tell(on_trial, "finished", plan, study.get_trials(deepcopy=False)[trial.number])
+        _train(plan, study, trial, reported, lease, on_trial)
+
+
+def _train(
+    plan: SweepPlan,
+    study: optuna.Study,
+    trial: optuna.Trial,
+    reported: set[int],
+    lease: Lease,
+    on_trial: TrialEvents | None,
+) -> None:
+    """Train a trial this worker holds the lease of, let the lease go, and tell that the trial ended."""
+    try:
+        run_trial(plan, study, trial, reported)
+    finally:
+        lease.release()
+    _tell(on_trial, "finished", plan, study.get_trials(deepcopy=False)[trial.number])
 
 
 def run_one(plan: SweepPlan, number: int, on_trial: TrialEvents | None = None) -> list[dict[str, Any]]:
@@ -211,11 +224,7 @@ def run_one(plan: SweepPlan, number: int, on_trial: TrialEvents | None = None) -
         if lease is None:  # another worker trains it, or its worker ended moments ago: look again
             time.sleep(WAIT_SECONDS)
             continue
-        try:
-            run_trial(plan, study, trial, reported)
-        finally:
-            lease.release()
-        _tell(on_trial, "finished", plan, study.get_trials(deepcopy=False)[trial.number])
+        _train(plan, study, trial, reported, lease, on_trial)
 
 
 def _row(plan: SweepPlan, trial: optuna.trial.FrozenTrial) -> dict[str, Any]:

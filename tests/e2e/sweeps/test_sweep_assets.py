@@ -183,3 +183,49 @@ def test_a_failed_trial_is_trained_again_from_its_partition_and_the_sweep_then_f
         2,
     )
     assert len(trial_events(instance, key)["0002"]) == 1  # reported once, by the run that trained it
+
+
+class Killed(BaseException):
+    """What a killed run's trial sees: no exception that its trial records as failed."""
+
+
+def test_a_trial_left_running_by_a_killed_run_is_resumed_from_its_partition(tiny_store, monkeypatch):
+    tokens = tiny_tokens()
+    killed = sweep(
+        "sweepstep/killed",
+        base=tiny_run(tokens, "sweepstep/base"),
+        space={"train.learning_rate": [GOOD_LR, 0.01]},
+        trials=2,
+        sampler="grid",
+        pruner="none",
+        seed=1,
+    )
+    assets = list(experiment_definitions([Experiment("killed", steps=[killed.step])]).assets)
+    instance, resources = DagsterInstance.ephemeral(), default_resources(tiny_store)
+
+    def run(key: AssetKey, **options):
+        return materialize(assets, selection=[key], instance=instance, resources=resources, **options)
+
+    def kill(*args, **kwargs):
+        raise Killed
+
+    with monkeypatch.context() as patched, pytest.raises(Killed):  # the run dies in its first trial
+        patched.setattr("marin_pipelines.sweeps.trial.train_launched", kill)
+        run(asset_key(killed.step))
+    key = trials_key(killed.step)
+    assert instance.get_dynamic_partitions(trial_partitions(killed.step).name) == ["0000"]
+    assert trial_events(instance, key) == {}  # started, never ended
+
+    resumed = run(key, partition_key="0000")  # the UI's materialisation of the trial: its worker is gone
+    assert resumed.success
+    assert [e["state"] for e in trial_events(instance, key)["0000"]] == ["complete"]
+
+    finished = run(asset_key(killed.step))  # the sweep, run again, trains the trial left and finishes
+    assert finished.success
+    metadata = ArtifactStore(tiny_store).get(killed.step.key, killed.step.version).metadata
+    assert (metadata["complete"], metadata["failed"]) == (2, 0)
+    events = trial_events(instance, key)
+    assert {k: [e["state"] for e in v] for k, v in events.items()} == {
+        "0000": ["complete"],
+        "0001": ["complete"],
+    }
