@@ -454,6 +454,11 @@ def evaluate(
     by name). A fine-tuned checkpoint is measured on its base's training data."""
     _expect(checkpoint, Step, "checkpoint", name)
     pretrained = checkpoint.inputs.get("checkpoint", checkpoint)  # an SFT run's base
+    if checkpoint.stage is sweep_stages.sweep:
+        raise StepError(
+            f"step {name!r} ({declared_at()}): {checkpoint.name} is a sweep, not a checkpoint: evaluate a "
+            "run trained with its best (train(..., best_of=sweep))"
+        )
     if "tokenized_cache" not in pretrained.inputs:
         raise StepError(
             f"step {name!r} ({declared_at()}): checkpoint must be a training step, not {checkpoint.name}"

@@ -4,7 +4,7 @@ as a later training step's input (no Dagster, nothing trains)."""
 import pytest
 from tiny_pipeline import MODEL, tiny_run, tiny_tokens
 
-from marin_pipelines.experiments.defaults import Sweep, sweep, train, variant, warm_started
+from marin_pipelines.experiments.defaults import Sweep, evaluate, sweep, train, variant, warm_started
 from marin_pipelines.stages.train import TrainRunConfig
 from marin_pipelines.steps import StepError
 
@@ -63,6 +63,8 @@ def test_the_best_of_a_sweep_is_an_input_of_a_training_step():
         train("sweeps/best", tokens, best_of=plain)
     with pytest.raises(StepError, match="takes best_of"):
         sweep("sweeps/again", base=run, space=SPACE, trials=2)
+    with pytest.raises(StepError, match="sweeps/lr is a sweep, not a checkpoint"):
+        evaluate("sweeps/eval", swept.step)
 
 
 @pytest.mark.parametrize(
