@@ -32,12 +32,15 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from marin_pipelines.stages.train import TrainRunConfig, check_trainable
 from marin_pipelines.steps import InputError, StepContext, local_work_dir, stage
 from marin_pipelines.store import Artifact, PendingArtifact, is_local
+from marin_pipelines.sweeps.plots import CURVES_FILE, HISTORY_FILE, PARAMS_FILE
 from marin_pipelines.sweeps.settings import SweepSettings
 from marin_pipelines.sweeps.space import SearchSpace
+from marin_pipelines.sweeps.study import JOURNAL_FILE
+from marin_pipelines.sweeps.trial_table import TABLE_FILE
+from marin_pipelines.train.train_config import LOSS_CURVE_FILE
 
 SWEEP_STORAGE = "MARIN_SWEEP_STORAGE"  # a database URL for every sweep step's study (production's Postgres)
-JOURNAL_FILE, TABLE_FILE, CURVE_FILE = "study.journal", "trials.parquet", "loss_curve.png"
-PLOTS = {"history": "history.png", "params": "params.png", "curves": "curves.png"}
+PLOTS = {"history": HISTORY_FILE, "params": PARAMS_FILE, "curves": CURVES_FILE}
 ERROR_CHARS = 120  # of a failed trial's error, in the markdown table
 
 
@@ -159,7 +162,7 @@ def committed_rows(artifact: Artifact) -> dict[int, dict[str, Any]]:
 def trial_curve(folder: str) -> bytes | None:
     """A trial's loss curve (PNG), None where it has none yet."""
     try:
-        return read_bytes(f"{folder.rstrip('/')}/{CURVE_FILE}")
+        return read_bytes(f"{folder.rstrip('/')}/{LOSS_CURVE_FILE}")
     except FileNotFoundError:
         return None
 
