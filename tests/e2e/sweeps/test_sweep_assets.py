@@ -133,23 +133,24 @@ def test_a_rerun_reuses_the_sweep_and_a_trial_alone_is_read_from_it(swept):
     assert mtimes(output) == before  # nothing trained
 
 
-def test_a_failed_trial_is_trained_again_from_its_partition_and_the_sweep_then_finishes(
-    tiny_store, monkeypatch
-):
-    tokens = tiny_tokens()
-    flaky = sweep(
-        "sweepstep/flaky",
-        base=tiny_run(tokens, "sweepstep/base"),
-        space={"train.learning_rate": [GOOD_LR, 0.01]},
-        trials=2,
-        sampler="grid",
-        pruner="none",
-    )
-    assets = list(experiment_definitions([Experiment("flaky", steps=[flaky.step])]).assets)
+def two_trials(tiny_store: str, name: str, **settings):
+    """A sweep of two good learning rates in an instance of its own, and how to materialise its assets."""
+    space = {"train.learning_rate": [GOOD_LR, 0.01]}
+    base = tiny_run(tiny_tokens(), "sweepstep/base")
+    swept = sweep(name, base=base, space=space, trials=2, sampler="grid", pruner="none", **settings)
+    assets = list(experiment_definitions([Experiment("two_trials", steps=[swept.step])]).assets)
     instance, resources = DagsterInstance.ephemeral(), default_resources(tiny_store)
 
     def run(key: AssetKey, **options):
         return materialize(assets, selection=[key], instance=instance, resources=resources, **options)
+
+    return swept, run, instance
+
+
+def test_a_failed_trial_is_trained_again_from_its_partition_and_the_sweep_then_finishes(
+    tiny_store, monkeypatch
+):
+    flaky, run, instance = two_trials(tiny_store, "sweepstep/flaky")
 
     def disk_full(*args, **kwargs):
         raise OSError("disk full")
@@ -190,21 +191,7 @@ class Killed(BaseException):
 
 
 def test_a_trial_left_running_by_a_killed_run_is_resumed_from_its_partition(tiny_store, monkeypatch):
-    tokens = tiny_tokens()
-    killed = sweep(
-        "sweepstep/killed",
-        base=tiny_run(tokens, "sweepstep/base"),
-        space={"train.learning_rate": [GOOD_LR, 0.01]},
-        trials=2,
-        sampler="grid",
-        pruner="none",
-        seed=1,
-    )
-    assets = list(experiment_definitions([Experiment("killed", steps=[killed.step])]).assets)
-    instance, resources = DagsterInstance.ephemeral(), default_resources(tiny_store)
-
-    def run(key: AssetKey, **options):
-        return materialize(assets, selection=[key], instance=instance, resources=resources, **options)
+    killed, run, instance = two_trials(tiny_store, "sweepstep/killed", seed=1)  # seed: another version
 
     def kill(*args, **kwargs):
         raise Killed
