@@ -103,6 +103,8 @@ class StepContext:
     log: Callable[[str], None] = lambda message: None
     engine: Engine = field(default_factory=LocalEngine)  # not versioned: outputs do not depend on it
     made_by: dict[str, str] = field(default_factory=dict)  # the run that builds it (a Dagster run id)
+    # what the stage tells its orchestrator as it goes, beyond its log: (event, data), e.g. a sweep's trials
+    events: Callable[[str, dict[str, Any]], None] = lambda event, data: None
 
     @property
     def launcher(self) -> Launcher:
@@ -441,6 +443,11 @@ def upstream_versions(step: Step) -> dict[str, str]:
 def pending_work_dir(out: PendingArtifact) -> Path:
     """Local scratch keyed by the output's version that survives a failed attempt (resumable work): the
     store's work folder beside the output on a local store, else a folder in the local cache."""
-    if is_local(out.work):
-        return Path(out.work)
-    return cache_dir() / "work" / hashlib.sha256(out.work.encode()).hexdigest()[:24]
+    return local_work_dir(out.work)
+
+
+def local_work_dir(work: str) -> Path:
+    """``pending_work_dir`` of the output whose work folder (``PendingArtifact.work``) is ``work``."""
+    if is_local(work):
+        return Path(work)
+    return cache_dir() / "work" / hashlib.sha256(work.encode()).hexdigest()[:24]

@@ -232,6 +232,10 @@ class ArtifactStore:
     def url(self, asset_path: list[str], version: str, partition: str | None = None) -> str:
         return "/".join([self.root, *asset_path, partition_folder(partition), version])
 
+    def work_url(self, asset_path: list[str], version: str, partition: str | None = None) -> str:
+        """The resumable work folder of an output (``PendingArtifact.work``), beside it."""
+        return self.url(asset_path, version, partition).rsplit("/", 1)[0] + f"/.{version}.work"
+
     def _fs_path(self, url: str) -> str:
         return url if self.local else self._base + url[len(self.root) :]
 
@@ -371,7 +375,7 @@ class ArtifactStore:
         index entry, so that the index names real outputs only and aliases never chain.
         """
         final = self.url(asset_path, version, partition)
-        work = final.rsplit("/", 1)[0] + f"/.{version}.work"
+        work = self.work_url(asset_path, version, partition)
         if self.local:
             tmp = Path(f"{final.rsplit('/', 1)[0]}/.{version}.tmp-{uuid.uuid4().hex[:8]}")
             tmp.mkdir(parents=True)

@@ -156,11 +156,14 @@ def step_asset(
     automation: AutomationCondition | None = None,
     launcher_pool: str | None = None,
     per_partition: tuple[PartitionsDefinition, Callable[[str, str], Step]] | None = None,
+    events: Callable[[AssetExecutionContext], Callable[[str, dict[str, Any]], None]] | None = None,
 ) -> AssetsDefinition:
     """The asset of ``step``; ``users`` are the experiments that declare it (tags, execution records);
     ``launcher_pool`` the concurrency pool of the accelerator that training and evaluation run on.
     ``per_partition``: partitions that each are a step of their own, ``(partitions, (key, store root) ->
-    step)``, as the standard evaluation of each run in the store; ``step`` is then any one of them."""
+    step)``, as the standard evaluation of each run in the store; ``step`` is then any one of them.
+    ``events(context)``: what hears the stage's events as it runs (``StepContext.events``), and then
+    ``("built", {"artifact", "reused"})`` (a sweep's trials: ``sweep_assets.py``)."""
     key = asset_key(step)
     stage = step.stage
 
@@ -201,15 +204,17 @@ def step_asset(
             context.log.info(message)
             log.info(message)
 
-        ctx = StepContext(
-            built, store, partition, resources, say, engine, made_by={"dagster_run_id": context.run.run_id}
-        )
+        made_by = {"dagster_run_id": context.run.run_id}
+        ctx = StepContext(built, store, partition, resources, say, engine, made_by=made_by)
+        if events is not None:
+            ctx.events = events(context)
         try:
             artifact = build_step(ctx, inputs)
         except InputError as e:  # no retry can help (the retry policy is for preempted pods)
             raise Failure(description=str(e), allow_retries=False) from e
         # made earlier, by another run meanwhile, or under another step name (an alias, even in this run)
         reused = artifact.same_as is not None or artifact.manifest["made_by"] != ctx.made_by
+        ctx.events("built", {"artifact": artifact, "reused": reused})
         yield Output(artifact, metadata=dagster_metadata(artifact, reused, step.stage.headline))
         for name, check in stage.checks.items():
             passed, metadata = check.fn(artifact)

@@ -1,7 +1,8 @@
 """Helpers that declare the usual steps, so that an experiment file reads like a recipe (Marin's
 ``defaults.py``): crawl and text (or an existing corpus, or the installed packages' text), quality and
 curation, tokenizer and cache, train, chat data and SFT, evaluate, an IsoFLOP ladder by a scaling recipe
-with its preregistered forecast target, the speedrun, a comparison, and ``variant`` for an ablation.
+with its preregistered forecast target, the speedrun, a comparison, ``variant`` for an ablation, and ``sweep``
+over a training step's config, whose ``best`` a later ``train`` takes (``best_of=``).
 
 Configs are given as dicts (or config objects); a bad field is an error naming the step, the place it
 was declared and the field. Step names are ``{prefix}/{stage}`` unless a name is given.
@@ -28,6 +29,7 @@ from marin_pipelines.stages import package_text as package_text_stages
 from marin_pipelines.stages import quality as quality_stages
 from marin_pipelines.stages import scaling as scaling_stages
 from marin_pipelines.stages import sft as sft_stages
+from marin_pipelines.stages import sweep as sweep_stages
 from marin_pipelines.stages import text as text_stages
 from marin_pipelines.stages import tokenize as token_stages
 from marin_pipelines.stages import train as train_stages
@@ -312,15 +314,91 @@ def tokenizer_and_cache(
 
 
 def train(
-    name: str, tokens: TokenSteps, *, model: Fields = None, train: Fields = None, data_mixture: Fields = None
+    name: str,
+    tokens: TokenSteps,
+    *,
+    model: Fields = None,
+    train: Fields = None,
+    data_mixture: Fields = None,
+    best_of: Sweep | Step | None = None,
 ) -> Step:
     """A model trained on the tokens (a mixture source without ``cache`` is these tokens; one whose ``cache``
-    is another experiment's ``TokenSteps`` or cache step trains on that, as an input of this step)."""
+    is another experiment's ``TokenSteps`` or cache step trains on that, as an input of this step). With
+    ``best_of`` (a ``sweep``, or its ``best``) it trains with the sweep's best parameters set over this
+    config when it runs: the sweep is an input, its version in this step's."""
     _expect(tokens, TokenSteps, "tokens", name)
     mixture, caches = _cache_inputs(_fields(data_mixture))
     config = {"model": _fields(model), "train": _fields(train), "data_mixture": mixture}
-    inputs = {"tokenized_cache": tokens.cache, **caches}
+    inputs = {"tokenized_cache": tokens.cache, **caches, "best_of": _sweep_step(best_of, name)}
     return step(name, train_stages.checkpoint, _drop_none(config), inputs)
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """A sweep step and the training step it sweeps. ``best`` is what a later training step takes
+    (``train(..., best_of=sweep.best)``, or the ``Sweep`` itself): the sweep step, whose ``best.json`` it
+    trains with."""
+
+    step: Step
+    base: Step
+
+    @property
+    def best(self) -> Step:
+        return self.step
+
+
+def sweep(
+    name: str,
+    *,
+    base: Step,
+    space: dict[str, Any],
+    trials: int,
+    sampler: str = "tpe",
+    pruner: str = "hyperband",
+    seed: int = 0,
+    metric: str = "val_loss",
+    report_every: int | None = None,
+    **settings: Any,
+) -> Sweep:
+    """A sweep over the config of ``base`` (a training step): ``space`` maps its dotted run-config fields
+    (``train.learning_rate``, ``model.size``) to ``{low, high, log, step, int, grid}`` or a list of choices,
+    checked here; ``trials`` trials (complete, pruned or failed) drawn by ``sampler`` (tpe, random, grid),
+    stopped early by ``pruner`` (hyperband, median, none) on ``metric``, reported every ``report_every``
+    steps; ``settings``: ``SweepSettings``' others (``startup_trials``, ``validation_batches``). It trains
+    on ``base``'s inputs, and its version hashes ``base``'s config, the space and the settings."""
+    where = f"step {name!r} ({declared_at()})"
+    _expect(base, Step, "base", name)
+    if base.stage is not train_stages.checkpoint:
+        raise StepError(
+            f"{where}: base must be a training step (train, variant: a checkpoint), not {base.name} "
+            f"(a {base.stage.name})"
+        )
+    if taken := sorted({"warm_start", "best_of"} & set(base.inputs)):
+        raise StepError(
+            f"{where}: base {base.name} takes {', '.join(taken)}; a sweep's trials train from scratch on the "
+            "base's own config: sweep a training step without them"
+        )
+    chosen = {
+        "sampler": sampler,
+        "pruner": pruner,
+        "seed": seed,
+        "metric": metric,
+        "report_every": report_every,
+    }
+    config = {"base": base.config, "space": space, "settings": {"trials": trials, **chosen, **settings}}
+    return Sweep(step(name, sweep_stages.sweep, config, dict(base.inputs)), base)
+
+
+def _sweep_step(best_of: Sweep | Step | None, name: str) -> Step | None:
+    """The sweep step a training step takes its best config from."""
+    if isinstance(best_of, Sweep):
+        return best_of.step
+    if best_of is None or (isinstance(best_of, Step) and best_of.stage is sweep_stages.sweep):
+        return best_of
+    raise StepError(
+        f"step {name!r} ({declared_at()}): best_of must be a sweep (as sweep() returns, or its best), not "
+        f"{getattr(best_of, 'name', type(best_of).__name__)}"
+    )
 
 
 def _cache_inputs(mixture: dict[str, Any] | None) -> tuple[dict[str, Any] | None, dict[str, Step]]:
@@ -376,6 +454,11 @@ def evaluate(
     by name). A fine-tuned checkpoint is measured on its base's training data."""
     _expect(checkpoint, Step, "checkpoint", name)
     pretrained = checkpoint.inputs.get("checkpoint", checkpoint)  # an SFT run's base
+    if checkpoint.stage is sweep_stages.sweep:
+        raise StepError(
+            f"step {name!r} ({declared_at()}): {checkpoint.name} is a sweep, not a checkpoint: evaluate a "
+            "run trained with its best (train(..., best_of=sweep))"
+        )
     if "tokenized_cache" not in pretrained.inputs:
         raise StepError(
             f"step {name!r} ({declared_at()}): checkpoint must be a training step, not {checkpoint.name}"
@@ -587,17 +670,21 @@ def compare(
     return step(name, eval_stages.comparison, config, inputs)
 
 
-def variant(of: Step, name: str, **changes: Any) -> Step:
+def variant(of: Step, name: str, *, best_of: Sweep | Step | None = None, **changes: Any) -> Step:
     """``of`` with some config fields changed (nested dicts merge), under a new name, on the same inputs.
 
     The ablation's one line: ``variant(baseline, "zloss/run_1e_4", train={"z_loss_weight": 1e-4})``.
     Ordering-only edges are not carried over: the variant is not what a prediction was recorded for.
+    ``best_of`` (a training step's variant): a sweep whose best parameters it trains with, as ``train``'s.
     """
     config = _merged(of.config_json, changes)
     caches: dict[str, Step] = {}
     if "data_mixture" in changes:  # a cooldown on another experiment's cache: one more input
         config["data_mixture"], caches = _cache_inputs(config["data_mixture"])
-    return step(name, of.stage, config, {**of.inputs, **caches})
+    if best_of is not None and of.stage is not train_stages.checkpoint:
+        raise StepError(f"step {name!r} ({declared_at()}): best_of is for training steps, not {of.name}")
+    best = {"best_of": _sweep_step(best_of, name)} if best_of is not None else {}
+    return step(name, of.stage, config, {**of.inputs, **caches, **best})
 
 
 def warm_started(base: Step, name: str, *, optimizer: bool = True, **changes: Any) -> Step:

@@ -93,6 +93,28 @@ class TrainRunConfig(BaseModel):
         check_vocabulary(vocab_size, run.model)
         return run.model, run.train
 
+    def run_config(self, vocab_size: int | None = None, mixture: MixtureConfig | None = None) -> RunConfig:
+        """The run as a run config (``marin-pipelines train``'s, a sweep's trials'): the model by its size,
+        the data's vocabulary filled in when it trains (``model.size`` can be searched), or a target's shape
+        by its recipe (checked against ``vocab_size`` when given); ``mixture`` (its inputs made URLs) for the
+        step's own. Trained, it is the run that ``resolve`` gives."""
+        if self.target is None:
+            model: dict[str, Any] = {
+                "size": self.model.size,
+                "seq_len": self.model.seq_len,
+                "qk_norm": self.model.qk_norm,
+            }
+            if self.model.moe is not None:
+                model["moe"] = self.model.moe.model_dump()
+            train = self.train
+        elif vocab_size is None:
+            recipe = target_run(self.target, self.train)
+            model, train = recipe.model.model_dump(), recipe.train
+        else:
+            shape, train = self.resolve(vocab_size)
+            model = shape.model_dump()
+        return RunConfig(model=model, train=train, data=mixture or self.data_mixture)
+
 
 class IsoflopRunsConfig(BaseModel):
     """An IsoFLOP ladder's rungs, each the recipe's run at one budget, size and seed, on one mixture."""
@@ -236,13 +258,47 @@ def checkpoint(
 ) -> None:
     """A Llama-style model trained with JAX / Flax NNX / Optax on the tokenized cache (and on the further
     caches its mixture names as inputs: another experiment's text to cool down on), dense or MoE; with a
-    ``warm_start`` input (another checkpoint) it starts from that run's weights, across a model change."""
+    ``warm_start`` input (another checkpoint) it starts from that run's weights, across a model change; with
+    a ``best_of`` input (a sweep) it trains with the sweep's best parameters over its own config."""
     base = caches.pop("warm_start", None)
-    model, train = config.resolve(tokenized_cache.metadata["vocab_size"])
+    best = caches.pop("best_of", None)
+    vocab_size = tokenized_cache.metadata["vocab_size"]
+    model, train = config.resolve(vocab_size)
     mixture = mixture_of_inputs(ctx, config.data_mixture, caches)
+    chosen = None
+    if best is not None:
+        model, train, mixture, chosen = with_best(ctx, config, vocab_size, mixture, best)
     check_trainable(tokenized_cache, mixture, model, train)
     warm = {"warm_start": base.url, "warm_start_optimizer": config.warm_start_optimizer} if base else {}
     run_training(out, tokenized_cache, ctx.launcher, mixture, model, train, **warm)
+    if chosen is not None:
+        out.metadata["best_of"] = chosen
+
+
+BEST_FILE = "best.json"  # sweeps/sweep.py's: the best complete trial (params, value, trial, config, metric)
+
+
+def with_best(
+    ctx: StepContext, config: TrainRunConfig, vocab_size: int, mixture: MixtureConfig, sweep: Artifact
+) -> tuple[LlamaConfig, TrainConfig, MixtureConfig, dict[str, Any]]:
+    """The run of ``config`` with the best trial's parameters of the sweep ``sweep`` (its ``best.json``: the
+    searched fields, dotted, set over this run's own config), and what was taken from it."""
+    from marin_pipelines.sweeps.space import apply  # its imports are a sweep's, not every training step's
+
+    name = sweep.manifest["asset"]
+    if BEST_FILE not in {f["name"] for f in sweep.manifest["files"]}:
+        raise InputError(
+            f"{ctx.step.name}: the sweep {name} has no complete trial, so no best config to take"
+        )
+    best = json.loads(sweep.read_bytes(BEST_FILE))
+    try:
+        run = apply(
+            config.run_config(vocab_size, mixture), best["params"], f"{ctx.step.name} with {name}'s best"
+        )
+    except ValueError as e:
+        raise InputError(str(e)) from None
+    chosen = {k: best[k] for k in ("trial", "value", "params", "metric")}
+    return run.llama(vocab_size), run.train, run.data, {"sweep": name, **chosen}
 
 
 _RUNG_KEYS: dict[str, list[str]] = {}  # config JSON -> rungs: planning takes 0.2 s, and it is asked often

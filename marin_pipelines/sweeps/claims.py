@@ -75,6 +75,11 @@ class Claims:
                 return trial, lease.start()
         return None
 
+    def take(self, number: int) -> Lease | None:
+        """Trial ``number``'s lease, now this worker's, where no live worker holds it; else None."""
+        lease = self._take(number)
+        return lease.start() if lease is not None else None
+
     def _take(self, number: int) -> Lease | None:
         fs, path = output_lease(trial_folder(self.out, number))
         mine = Lease(fs, path, self._owner(number), self.ttl)

@@ -11,6 +11,11 @@ the sweep goes on, but a sweep whose every trial failed fails, with the first tr
 the same inputs, a sweep continues its study: finished trials are not trained again, and a trial its worker
 left running (a killed sweep) is resumed from its checkpoint (``claims``). Several workers (processes of this
 machine, or sweeps started apart on one output) share the study and never train one trial twice.
+
+``on_trial(event, row)`` hears, in the worker of the calling process, each trial as it starts (``started``,
+or ``resumed``: a trial left by a worker that ended) and as it ends (``finished``): its row of the table
+(``trial_table.trial_row``) and its run folder (``folder``): an orchestrator shows trials as they come.
+``run_one`` finishes one trial of a sweep: resumed where its worker ended, trained again where it failed.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ import json
 import multiprocessing
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -29,21 +34,24 @@ import optuna
 import polars as pl
 from optuna.trial import TrialState
 
+from marin_pipelines.lease import Lease
 from marin_pipelines.orphans import die_with_parent
 from marin_pipelines.store import is_local, write_url
-from marin_pipelines.sweeps.claims import Claims, asking
+from marin_pipelines.sweeps.claims import Claims, asking, trial_folder
 from marin_pipelines.sweeps.plan import SweepPlan
 from marin_pipelines.sweeps.plots import sweep_plots
 from marin_pipelines.sweeps.settings import SweepSettings
 from marin_pipelines.sweeps.space import SearchSpace, apply
 from marin_pipelines.sweeps.study import make_sampler, trial_seed
 from marin_pipelines.sweeps.trial import run_trial
-from marin_pipelines.sweeps.trial_table import TABLE_FILE, counts, trial_table
+from marin_pipelines.sweeps.trial_table import TABLE_FILE, counts, trial_row, trial_table
 from marin_pipelines.train.run_config import RunConfig
 
 BEST_FILE, SUMMARY_FILE = "best.json", "summary.json"
 WAIT_SECONDS = 1.0  # between looks at the study while other workers train the last trials
 ERRORS_SHOWN = 3  # of a sweep whose every trial failed
+RETRY_OF = "retry_of"  # a user attribute of a trial that trains a failed trial's parameters again
+TrialEvents = Callable[[str, dict[str, Any]], None]  # (started | resumed | finished, the trial's row)
 
 
 class SweepFailed(RuntimeError):
@@ -89,13 +97,15 @@ def run_sweep(
     storage: str | None = None,
     workers: int = 1,
     progress: bool = True,
+    on_trial: TrialEvents | None = None,
 ) -> SweepResult:
     """Sweep ``space`` (``SearchSpace`` or ``{dotted field: {low, high, log} or [choices]}``) over the run
     ``base`` on the token cache ``data`` until ``settings.trials`` trials are finished, into the folder (or
     URL) ``out``, the study in ``storage`` (a database URL or a journal file; default ``out``'s journal),
     with ``workers`` local processes (this one and ``workers - 1`` more). Bad input is a ValueError before any
     trial trains; ``SweepFailed`` if every trial failed. Progress lines go to stderr unless ``progress`` is
-    off. Continues the study found there, if it is this sweep's; another sweep's is refused."""
+    off. Continues the study found there, if it is this sweep's; another sweep's is refused. ``on_trial``
+    hears this process's trials start and end (the module's docstring)."""
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # the sweep says what happens, one line a trial
@@ -106,7 +116,7 @@ def run_sweep(
         plan.study()  # created (or refused) once, before any worker asks it for trials
     others = [_start_worker(plan, index) for index in range(1, workers)]
     try:
-        work(plan, 0)
+        work(plan, 0, on_trial)
     except BaseException:  # the others would train on alone: they end with this worker
         for process in others:
             process.terminate()
@@ -119,7 +129,7 @@ def run_sweep(
     return finish(plan)
 
 
-def work(plan: SweepPlan, worker: int) -> None:
+def work(plan: SweepPlan, worker: int, on_trial: TrialEvents | None = None) -> None:
     """Train trials of the sweep's study until ``trials`` are finished (by this worker or others)."""
     with asking(plan.out):
         study = plan.study()
@@ -136,6 +146,7 @@ def work(plan: SweepPlan, worker: int) -> None:
                 plan.say(
                     f"trial {trial.number} resumed (worker {worker}; its worker ended): {_said(trial.params)}"
                 )
+                _tell(on_trial, "resumed", plan, frozen)
             elif len(trials) < plan.settings.trials:
                 study.sampler = make_sampler(
                     plan.settings, plan.space, trial_seed(plan.settings.seed, len(trials))
@@ -143,15 +154,86 @@ def work(plan: SweepPlan, worker: int) -> None:
                 trial = study.ask(plan.space.distributions())
                 lease, reported = claims.new(trial.number), set()
                 plan.say(f"trial {trial.number} started (worker {worker}): {_said(trial.params)}")
+                _tell(on_trial, "started", plan, study.get_trials(deepcopy=False)[trial.number])
             else:  # every trial handed out: wait for the others' to finish, or for one to be left
                 lease = None
         if lease is None:
             time.sleep(WAIT_SECONDS)
             continue
-        try:
-            run_trial(plan, study, trial, reported)
-        finally:
-            lease.release()
+        _train(plan, study, trial, reported, lease, on_trial)
+
+
+def _train(
+    plan: SweepPlan,
+    study: optuna.Study,
+    trial: optuna.Trial,
+    reported: set[int],
+    lease: Lease,
+    on_trial: TrialEvents | None,
+) -> None:
+    """Train a trial this worker holds the lease of, let the lease go, and tell that the trial ended."""
+    try:
+        run_trial(plan, study, trial, reported)
+    finally:
+        lease.release()
+    _tell(on_trial, "finished", plan, study.get_trials(deepcopy=False)[trial.number])
+
+
+def run_one(plan: SweepPlan, number: int, on_trial: TrialEvents | None = None) -> list[dict[str, Any]]:
+    """Trial ``number`` of the sweep, finished, and its rows (``trial_row`` with ``folder``): resumed from its
+    checkpoint where no live worker holds it (its sweep was killed), waited for where one does, and trained
+    again where it failed, as a new trial of its parameters (Optuna's finished trials are final; the new
+    one's ``retry_of`` names it, and it counts towards ``trials`` as any trial does): then its row says
+    ``retried_as`` and the retry's row follows. A finished trial (a failed one already retried) is returned
+    as it is; a trial the study does not have is a ValueError."""
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    with asking(plan.out):
+        study = plan.study()
+    claims, target = Claims(plan.out), number
+    while True:
+        with asking(plan.out):
+            trials = study.get_trials(deepcopy=False)
+            if number >= len(trials):
+                raise ValueError(f"the sweep in {plan.out} has no trial {number}; it has {len(trials)}")
+            frozen = trials[target]
+            retries = [t for t in trials if t.user_attrs.get(RETRY_OF) == number]
+            lease = None
+            if target == number and frozen.state == TrialState.FAIL and retries:
+                target = retries[0].number
+                continue
+            if target == number and frozen.state == TrialState.FAIL:
+                study.enqueue_trial(frozen.params, user_attrs={RETRY_OF: number})
+                study.sampler = make_sampler(
+                    plan.settings, plan.space, trial_seed(plan.settings.seed, len(trials))
+                )
+                trial = study.ask(plan.space.distributions())
+                lease, reported, target = claims.new(trial.number), set(), trial.number
+                plan.say(
+                    f"trial {number} (failed) trained again as trial {trial.number}: {_said(trial.params)}"
+                )
+                _tell(on_trial, "started", plan, study.get_trials(deepcopy=False)[trial.number])
+            elif frozen.state == TrialState.RUNNING and (lease := claims.take(target)) is not None:
+                trial, reported = optuna.Trial(study, frozen._trial_id), set(frozen.intermediate_values)
+                plan.say(f"trial {target} resumed (its worker ended): {_said(trial.params)}")
+                _tell(on_trial, "resumed", plan, frozen)
+            elif frozen.state.is_finished():
+                rows = [_row(plan, t) for t in {number: trials[number], target: frozen}.values()]
+                if target != number:
+                    rows[0]["retried_as"] = target
+                return rows
+        if lease is None:  # another worker trains it, or its worker ended moments ago: look again
+            time.sleep(WAIT_SECONDS)
+            continue
+        _train(plan, study, trial, reported, lease, on_trial)
+
+
+def _row(plan: SweepPlan, trial: optuna.trial.FrozenTrial) -> dict[str, Any]:
+    return {**trial_row(trial), "folder": trial_folder(plan.out, trial.number)}
+
+
+def _tell(on_trial: TrialEvents | None, event: str, plan: SweepPlan, trial: optuna.trial.FrozenTrial) -> None:
+    if on_trial is not None:
+        on_trial(event, _row(plan, trial))
 
 
 def finish(plan: SweepPlan) -> SweepResult:

@@ -3,6 +3,8 @@ study alone, so that any worker, or a later reader of the study, makes the same 
 
 from __future__ import annotations
 
+from typing import Any
+
 import optuna
 import polars as pl
 from optuna.trial import TrialState
@@ -16,19 +18,7 @@ def trial_table(study: optuna.Study) -> pl.DataFrame:
     """number, state, params (a struct of the dotted fields), value (the metric at the last step; another
     trial's last report: a pruned trial's at the step it stopped), steps trained, their FLOPs, wall seconds
     and a failed trial's error."""
-    rows = [
-        {
-            "number": trial.number,
-            "state": STATES.get(trial.state, trial.state.name.lower()),
-            "params": trial.params,
-            "value": trial.value if trial.state == TrialState.COMPLETE else _last(trial),
-            "steps": trial.user_attrs.get("steps", 0),
-            "flops": float(trial.user_attrs.get("flops", 0.0)),
-            "wall_seconds": trial.user_attrs.get("wall_seconds"),
-            "error": trial.user_attrs.get("error"),
-        }
-        for trial in study.get_trials(deepcopy=False)
-    ]
+    rows = [trial_row(trial) for trial in study.get_trials(deepcopy=False)]
     schema = {
         "number": pl.Int64,
         "state": pl.String,
@@ -41,6 +31,20 @@ def trial_table(study: optuna.Study) -> pl.DataFrame:
     if not rows:
         return pl.DataFrame(schema=schema)
     return pl.DataFrame(rows, schema_overrides=schema, strict=False).sort("number")
+
+
+def trial_row(trial: optuna.trial.FrozenTrial) -> dict[str, Any]:
+    """One trial's row of the table."""
+    return {
+        "number": trial.number,
+        "state": STATES.get(trial.state, trial.state.name.lower()),
+        "params": trial.params,
+        "value": trial.value if trial.state == TrialState.COMPLETE else _last(trial),
+        "steps": trial.user_attrs.get("steps", 0),
+        "flops": float(trial.user_attrs.get("flops", 0.0)),
+        "wall_seconds": trial.user_attrs.get("wall_seconds"),
+        "error": trial.user_attrs.get("error"),
+    }
 
 
 def counts(study: optuna.Study) -> dict[str, int]:
