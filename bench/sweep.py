@@ -53,6 +53,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -156,8 +157,12 @@ def main() -> None:
     parser.add_argument("--seq-len", type=int, default=64)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--vocab", type=int, default=512)
-    parser.add_argument("--lr-low", type=float, default=1e-3)
-    parser.add_argument("--lr-high", type=float, default=1e-1)
+    parser.add_argument(
+        "--lr-low", type=float, default=1e-3, help="the range's low end: the first grid point"
+    )
+    parser.add_argument(
+        "--lr-high", type=float, default=1e-1, help="the range's high end: the last grid point"
+    )
     parser.add_argument(
         "--startup-trials",
         type=int,
@@ -165,11 +170,13 @@ def main() -> None:
         help="random trials of a Hyperband bracket before TPE models it",
     )
     parser.add_argument("--report-every", type=int, help="steps between reports (default: a tenth of a run)")
-    parser.add_argument("--reduction-factor", type=int, default=study_module.REDUCTION_FACTOR)
+    parser.add_argument(
+        "--reduction-factor", type=int, default=study_module.REDUCTION_FACTOR, help="Hyperband's (default 3)"
+    )
     parser.add_argument(
         "--out",
         help="keep the sweeps here (default: a temporary folder); a sweep found finished there is "
-        "read, not trained again (its seconds are then the reading's)",
+        "read, not trained again (its seconds are then the reading's); another task needs another folder",
     )
     args = parser.parse_args()
     study_module.REDUCTION_FACTOR = args.reduction_factor  # make_pruner reads it when a study opens
@@ -196,7 +203,8 @@ def main() -> None:
         tpe = [
             sweep_arm(
                 f"tpe seed {seed}",
-                f"tpe-{seed}-startup{args.startup_trials}-reports{args.report_every}-eta{args.reduction_factor}",
+                f"tpe-{seed}-trials{args.trials}-startup{args.startup_trials}-reports{args.report_every}"
+                f"-eta{args.reduction_factor}",
                 base,
                 cache,
                 space,
@@ -247,8 +255,6 @@ def main() -> None:
 
 def _grid_curve(folder: Path) -> list[tuple[float, float]]:
     """The grid's (learning rate, value) points, by learning rate."""
-    import polars as pl
-
     table = pl.read_parquet(folder / "trials.parquet")
     lr = table["params"].struct.field(PARAM).to_list()
     return sorted(zip(lr, table["value"].to_list(), strict=True))
