@@ -1,6 +1,6 @@
 """Greedy generation here equals Hugging Face transformers' token for token, on two models:
 
-(a) an exported run: a small model trained here (grouped-query attention) on this repository's README, written
+(a) an exported run: a small model trained here (grouped-query attention) on this repository's README and docs, written
     out by export-hf, loaded by transformers' ``AutoModelForCausalLM``;
 (b) an imported Hugging Face Llama with grouped-query attention: a random ``LlamaForCausalLM`` (8 query heads
     over 2 key/value heads, no rope_scaling) with a byte-level BPE tokenizer, made and saved by transformers
@@ -26,7 +26,8 @@ from hf_peer import imported_random_llama, peer
 
 NEW_TOKENS = 32
 STEPS = 600
-README = Path(__file__).resolve().parents[1] / "README.md"
+PROJECT = Path(__file__).resolve().parents[1]
+DOCS = [PROJECT / "README.md", *sorted((PROJECT / "docs").glob("*.md"))]  # the text it trains on
 EXPORTED_PROMPTS = [
     "The asset graph",
     "Training",
@@ -62,14 +63,14 @@ IMPORTED_CONFIG = {
 
 
 def trained_run(folder: Path) -> Path:
-    """A 2-layer model (4 query heads over 2 key/value heads) trained for STEPS steps on the README's text
+    """A 2-layer model (4 query heads over 2 key/value heads) trained for STEPS steps on the README's and docs' text
     (its whitespace collapsed: the model then continues in words, not in blank lines)."""
     from marin_pipelines.tokenize.tokenizer import TOKENIZER_FILE, TokenizerConfig, train_tokenizer
     from marin_pipelines.train.model import LlamaConfig
     from marin_pipelines.train.train_config import TrainConfig
     from marin_pipelines.train.trainer import train
 
-    paragraphs = [p for p in README.read_text().split("\n\n") if p.strip()]
+    paragraphs = [p for doc in DOCS for p in doc.read_text().split("\n\n") if p.strip()]
     tokenizer = train_tokenizer(paragraphs, TokenizerConfig(vocab_size=1000))
     run = folder / "run"
     run.mkdir()
