@@ -1,7 +1,7 @@
 """Greedy generation here equals Hugging Face transformers' token for token, on two models:
 
-(a) an exported run: a small model trained here (grouped-query attention) on this repository's README and docs, written
-    out by export-hf, loaded by transformers' ``AutoModelForCausalLM``;
+(a) an exported run: a small model trained here (grouped-query attention) on the project's README and docs,
+    written out by export-hf, loaded by transformers' ``AutoModelForCausalLM``;
 (b) an imported Hugging Face Llama with grouped-query attention: a random ``LlamaForCausalLM`` (8 query heads
     over 2 key/value heads, no rope_scaling) with a byte-level BPE tokenizer, made and saved by transformers
     (``save_pretrained``), brought in by import-hf.
@@ -63,8 +63,8 @@ IMPORTED_CONFIG = {
 
 
 def trained_run(folder: Path) -> Path:
-    """A 2-layer model (4 query heads over 2 key/value heads) trained for STEPS steps on the README's and docs' text
-    (its whitespace collapsed: the model then continues in words, not in blank lines)."""
+    """A 2-layer model (4 query heads over 2 key/value heads) trained for STEPS steps on the README's and
+    docs' text (its whitespace collapsed: the model then continues in words, not in blank lines)."""
     from marin_pipelines.tokenize.tokenizer import TOKENIZER_FILE, TokenizerConfig, train_tokenizer
     from marin_pipelines.train.model import LlamaConfig
     from marin_pipelines.train.train_config import TrainConfig
