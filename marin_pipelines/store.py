@@ -229,6 +229,11 @@ class ArtifactStore:
         self.root = str(Path(base).expanduser().absolute()) if self.local else root.rstrip("/")
         self._base = self.root if self.local else base.rstrip("/")
 
+    @property
+    def fs_root(self) -> str:
+        """The root as its file system names it (no scheme): for listing and walking it with ``fs``."""
+        return self._base
+
     def url(self, asset_path: list[str], version: str, partition: str | None = None) -> str:
         return "/".join([self.root, *asset_path, partition_folder(partition), version])
 

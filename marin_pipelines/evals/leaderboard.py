@@ -126,6 +126,7 @@ class Leaderboard:
     averages: dict[str, float] = field(default_factory=dict)  # model key -> average
     lacking: dict[str, list[str]] = field(default_factory=dict)  # model key -> average tasks it lacks
     sorted_by: str = "average"
+    skipped: dict[str, str] = field(default_factory=dict)  # evaluation folder -> why it was not read
 
 
 # --- reading the store ---------------------------------------------------------------------------------
@@ -134,7 +135,7 @@ class Leaderboard:
 def _walk(store: ArtifactStore) -> Iterator[tuple[str, list[str]]]:
     """(store-relative folder, its files) for every folder that may be a run or an evaluation; nothing
     below a complete artifact or a run folder is visited (checkpoints, token shards)."""
-    base = store._base
+    base = store.fs_root
     for root, dirs, files in store.fs.walk(base, topdown=True, detail=False):
         relative = root[len(base) :].strip("/")
         names = [posixpath.basename(f) for f in files]
@@ -165,7 +166,7 @@ def _step_experiments(store: ArtifactStore) -> dict[tuple[str, str], list[str]]:
     """(step name, version) -> the experiments whose execution records declare it."""
     out: dict[tuple[str, str], list[str]] = {}
     try:
-        records = store.fs.ls(f"{store._base}/{RECORDS}", detail=False)
+        records = store.fs.ls(f"{store.fs_root}/{RECORDS}", detail=False)
     except FileNotFoundError:
         return out
     for path in sorted(records):
@@ -184,7 +185,7 @@ def _model(store: ArtifactStore, relative: str, manifest: dict[str, Any] | None)
         return None  # a run still training (or killed before its end): not a model yet
     inputs = _read_json(store, f"{relative}/inputs.json") or {}
     base = (inputs.get("base") or {}).get("from") or (summary.get("warm_start") or {}).get("dir")
-    files = [posixpath.basename(p) for p in store.fs.ls(f"{store._base}/{relative}", detail=False)]
+    files = [posixpath.basename(p) for p in store.fs.ls(f"{store.fs_root}/{relative}", detail=False)]
     name = manifest["asset"] if manifest else relative
     return Model(
         key=relative,
@@ -290,16 +291,20 @@ def _scores(
     return out
 
 
-def read_store(store: ArtifactStore) -> tuple[dict[str, Model], list[Score]]:
-    """Every finished run and every evaluation's scores in the store."""
+UNREADABLE = (ValueError, KeyError, TypeError, AttributeError)  # a record that is not JSON, or not its shape
+
+
+def read_store(store: ArtifactStore) -> tuple[dict[str, Model], list[Score], dict[str, str]]:
+    """Every finished run and every evaluation's scores in the store, and the evaluations skipped (folder ->
+    why: a record that is not JSON or lacks what an evaluation records), which the table counts."""
     models: dict[str, Model] = {}
     aliases: dict[str, list[str]] = {}  # model key -> further step names (one version reused)
     alias_of: dict[str, str] = {}  # an alias folder -> the key of the output it names
-    evaluations: list[tuple[str, dict[str, Any] | None, dict[str, Any]]] = []
+    evaluations: list[tuple[str, dict[str, Any] | None]] = []
     for relative, files in _walk(store):
         if relative.endswith(".work"):
             if "eval_launch.json" in files:
-                evaluations.append((relative, None, _read_json(store, f"{relative}/eval_launch.json")))
+                evaluations.append((relative, None))
             continue
         manifest = _read_json(store, f"{relative}/{MANIFEST}") if MANIFEST in files else None
         if manifest and manifest.get(SAME_AS):
@@ -311,7 +316,7 @@ def read_store(store: ArtifactStore) -> tuple[dict[str, Model], list[Score]]:
             if (model := _model(store, relative, manifest)) is not None:
                 models[relative] = model
         elif manifest and "eval_launch.json" in files and "results.json" in files:
-            evaluations.append((relative, manifest, _read_json(store, f"{relative}/eval_launch.json")))
+            evaluations.append((relative, manifest))
     experiments = _step_experiments(store)
     for key, model in models.items():
         model.names += aliases.get(key, [])
@@ -321,18 +326,29 @@ def read_store(store: ArtifactStore) -> tuple[dict[str, Model], list[Score]]:
     for model in models.values():
         model.total_flops = _total_flops(model, models)
     scores: list[Score] = []
-    for relative, manifest, launch in evaluations:
-        key = _model_key(store, manifest, launch)
-        key = alias_of.get(key, key)
-        if manifest is None:
-            folder, _, work = relative.rpartition("/")
-            lease = read_lease(store.fs, f"{store._base}/{folder}/{work.removesuffix('.work')}.lease")
-            held = lease is not None and not ended_here(lease.get("owner", {}))
-            scores += _scores(store, relative, key, launch, None, "", held)
-        else:
-            results = _read_json(store, f"{relative}/results.json")
-            scores += _scores(store, relative, key, launch, results, manifest.get("created", ""), False)
-    return models, scores
+    skipped: dict[str, str] = {}
+    for relative, manifest in evaluations:
+        try:
+            scores += _evaluation_scores(store, relative, manifest, alias_of)
+        except UNREADABLE as e:
+            skipped[relative] = f"{type(e).__name__}: {e}"
+    return models, scores, skipped
+
+
+def _evaluation_scores(
+    store: ArtifactStore, relative: str, manifest: dict[str, Any] | None, alias_of: dict[str, str]
+) -> list[Score]:
+    """One evaluation's scores, under the key of the run it evaluated (an alias's original)."""
+    launch = _read_json(store, f"{relative}/eval_launch.json")
+    key = _model_key(store, manifest, launch)
+    key = alias_of.get(key, key)
+    if manifest is None:
+        folder, _, work = relative.rpartition("/")
+        lease = read_lease(store.fs, f"{store.fs_root}/{folder}/{work.removesuffix('.work')}.lease")
+        held = lease is not None and not ended_here(lease.get("owner", {}))
+        return _scores(store, relative, key, launch, None, "", held)
+    results = _read_json(store, f"{relative}/results.json")
+    return _scores(store, relative, key, launch, results, manifest.get("created", ""), False)
 
 
 def _total_flops(model: Model, models: dict[str, Model]) -> float | None:
@@ -471,8 +487,10 @@ def _ranked(board: Leaderboard, models: list[Model], sort: str | None) -> list[M
 
 def leaderboard(store: ArtifactStore, **options: Any) -> Leaderboard:
     """The leaderboard of everything evaluated in ``store`` (``build``'s options)."""
-    models, scores = read_store(store)
-    return build(models, scores, **options)
+    models, scores, skipped = read_store(store)
+    board = build(models, scores, **options)
+    board.skipped = skipped
+    return board
 
 
 # --- what people read ----------------------------------------------------------------------------------
@@ -547,6 +565,9 @@ def markdown(board: Leaderboard, experiment: str | None = None, every_metric: bo
         lines.append("| " + " | ".join(row) + " |")
     hidden = len(board.columns) - len(columns)
     more = f" {hidden} more metrics in the JSON and parquet tables." if hidden else ""
+    if board.skipped:
+        first = next(iter(board.skipped.items()))
+        more += f" {len(board.skipped)} evaluations skipped, unreadable (the first: {first[0]}: {first[1]})."
     return "\n".join([*lines, "", average_note(board) + more])
 
 
@@ -599,7 +620,13 @@ def as_json(board: Leaderboard) -> dict[str, Any]:
             }
         )
     average = {"of": [c.label for c in board.average_of], "models": len(board.averages)}
-    return {"rows": rows, "columns": columns, "average": average, "sorted_by": board.sorted_by}
+    return {
+        "rows": rows,
+        "columns": columns,
+        "average": average,
+        "sorted_by": board.sorted_by,
+        "skipped": board.skipped,
+    }
 
 
 def to_polars(board: Leaderboard) -> Any:

@@ -231,3 +231,20 @@ def test_pareto_front_keeps_what_nothing_cheaper_beats():
     points = [(1.0, 0.2), (2.0, 0.1), (3.0, 0.5), (4.0, 0.4), (5.0, 0.6)]
     assert lb.pareto_front(points, higher_is_better=True) == [(1.0, 0.2), (3.0, 0.5), (5.0, 0.6)]
     assert lb.pareto_front(points, higher_is_better=False) == [(1.0, 0.2), (2.0, 0.1)]
+
+
+def test_an_unreadable_evaluation_is_skipped_counted_and_named(store):
+    m = run(store, "exp/checkpoint", "aaa")
+    evaluation(store, "exp/eval", "e1", m, lm_eval_results({"marin_python_mc": 0.5}), ["marin_python_mc"])
+    evaluation(
+        store, "exp/eval_torn", "e2", m, lm_eval_results({"marin_python_mc": 0.9}), ["marin_python_mc"]
+    )
+    Path(store.root, "exp/eval_torn/_/e2/results.json").write_text('{"results": ')  # cut short on disk
+    board = lb.leaderboard(store)
+    assert cell(board, m, "marin_python_mc/acc").value == 0.5  # the readable one still counts
+    assert (
+        list(board.skipped) == ["exp/eval_torn/_/e2"]
+        and "JSONDecodeError" in board.skipped["exp/eval_torn/_/e2"]
+    )
+    assert "1 evaluations skipped, unreadable (the first: exp/eval_torn/_/e2" in lb.markdown(board)
+    assert lb.as_json(board)["skipped"] == board.skipped
