@@ -41,6 +41,7 @@ def children(pid: int) -> list[int]:
 
 
 def command_line(pid: int) -> bytes:
+    """Its arguments, each ended by a NUL byte."""
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
@@ -107,6 +108,8 @@ def test_a_training_child_dies_with_its_experiment(tiny_store, tmp_path):
     process = subprocess.Popen(command, env=env, stdout=said, stderr=subprocess.STDOUT)
 
     def trainer() -> list[int]:
-        return [pid for pid in children(process.pid) if b"train" in command_line(pid)]
+        # the `train` command itself: this test's folder name holds "train" too, and Dagster's own
+        # children (its compute-log `tail` on a file in that folder) would match a substring
+        return [pid for pid in children(process.pid) if b"train" in command_line(pid).split(b"\0")]
 
     kill_only_the_parent(process, wait_for(trainer, process=process, said=tmp_path / "said.txt"))
