@@ -7,7 +7,7 @@ PYTHON ?= python3
 export DAGSTER_HOME := $(CURDIR)
 export WANDB_MODE ?= offline
 
-.PHONY: install demo test test-fast ui lint clean
+.PHONY: install demo test test-fast ui docs docs-serve lint clean
 
 install: $(STAMP)
 
@@ -45,9 +45,18 @@ test-fast: install
 ui: install
 	$(VENV)/bin/dagster dev -h 127.0.0.1 -p 3000 -w workspace.yaml
 
+# the documentation site into .marin/site: the reference pages regenerated from the code, then built strictly
+# (a broken link, anchor or page fails it, as the tests do)
+docs: install
+	$(PY) docs/generate_reference.py
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
+docs-serve: docs
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve -a 127.0.0.1:8000
+
 lint: install
-	$(VENV)/bin/ruff check marin_pipelines tests bench
-	$(VENV)/bin/ruff format --check marin_pipelines tests bench
+	$(VENV)/bin/ruff check marin_pipelines tests bench docs
+	$(VENV)/bin/ruff format --check marin_pipelines tests bench docs
 
 clean:
 	rm -rf .marin

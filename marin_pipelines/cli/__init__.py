@@ -40,12 +40,17 @@ COMMANDS = (
 )
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """Every command's parser: what ``main`` reads and what the documentation's reference is made from."""
     parser = argparse.ArgumentParser(prog="marin-pipelines", description=__doc__.splitlines()[0])
     subparsers = parser.add_subparsers(dest="command", required=True)
     for name in COMMANDS:
         importlib.import_module(f"{__name__}.{name}").register(subparsers)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     die_with_launcher()  # a launched child: no orphan once its launcher is gone
     try:
         return args.run(args)
