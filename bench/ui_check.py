@@ -5,6 +5,12 @@ entries of its comparison, and each ladder's partition dimensions.
 Starts ``dagster-webserver`` on 127.0.0.1 over the project instance (``DAGSTER_HOME``, else this folder) and
 stops it after; run it after ``make demo`` and an experiment: ``.venv/bin/python bench/ui_check.py sft_demo``.
 ``tests/e2e/test_steps.py`` reads a tiny ablation's UI with the same functions.
+
+``--pictures DIR`` also takes pictures of the pages in a real browser (headless Chromium: Debian's
+``chromium`` package), so that the documentation shows what the UI draws: the experiment's asset graph, its
+comparisons, forecasts and laws, each ladder's partitions, and the leaderboard. ``docs/images/ui/`` holds
+the ones made after ``make demo`` (``bench/ui_check.py demo --pictures docs/images/ui``, then
+``zloss_ablation``).
 """
 
 from __future__ import annotations
@@ -36,6 +42,15 @@ ASSET = """query Asset($path: [String!]!) {
   }
 }"""
 STARTUP_SECONDS = 180
+CHROMIUM = "chromium"  # Debian's package; a page is drawn once its queries have answered (virtual time)
+WINDOW = (1440, 1000)
+DRAW_MS = 25_000  # virtual time a page gets to load its data and draw
+PICTURED = {
+    "comparison": "",
+    "isoflop_forecast": "",
+    "isoflop_law": "",
+    "isoflop_checkpoint": "?view=partitions",
+}
 
 
 def graphql(url: str, query: str, variables: dict[str, Any]) -> dict[str, Any]:
@@ -107,10 +122,38 @@ def what_the_ui_shows(url: str, experiment: Any) -> UIView:
     return view
 
 
+def take_pictures(url: str, experiment: Any, folder: Path) -> list[Path]:
+    """PNGs of what a user opens for ``experiment``: its asset graph, then each pictured step's page (its
+    latest materialisation's metadata; a ladder's partitions), then the leaderboard."""
+    base = url.removesuffix("/graphql")
+    tag = f"tag%3A%22marin%2Fexperiment.{experiment.name}%22"  # the graph filtered to its steps
+    pages = {f"{experiment.name}-graph": f"/asset-groups?asset-selection={tag}"}
+    for step in experiment.all_steps:
+        if (view := PICTURED.get(step.stage.name)) is not None:
+            pages[step.name.replace("/", "-")] = f"/assets/{step.name}{view}"
+    pages["leaderboard"] = "/assets/leaderboard"
+    folder.mkdir(parents=True, exist_ok=True)
+    taken = []
+    for name, path in pages.items():
+        out = folder / f"{name}.png"
+        subprocess.run(
+            [CHROMIUM, "--headless=new", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+             f"--window-size={WINDOW[0]},{WINDOW[1]}", f"--virtual-time-budget={DRAW_MS}",
+             f"--screenshot={out}", base + path],
+            check=True, capture_output=True, timeout=300,
+        )  # fmt: skip
+        taken.append(out)
+        print(f"  {out}: {path}", file=sys.stderr)
+    return taken
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument(
         "experiment", help="an experiment that has been run (make demo, marin-pipelines experiment)"
+    )
+    parser.add_argument(
+        "--pictures", type=Path, help="also take pictures of its pages (headless Chromium) here"
     )
     args = parser.parse_args()
     from marin_pipelines.experiment import discover_experiments
@@ -119,6 +162,8 @@ def main() -> int:
     env = {**os.environ, "DAGSTER_HOME": os.environ.get("DAGSTER_HOME") or str(Path.cwd())}
     with webserver(["-m", "marin_pipelines.definitions"], env) as url:
         view = what_the_ui_shows(url, experiment)
+        if args.pictures:
+            take_pictures(url, experiment, args.pictures)
     jobs = sorted({r["jobName"] for r in view.runs})
     print(f"{experiment.name}: {len(view.runs)} runs tagged marin/experiment={experiment.name}, jobs {jobs}")
     for step, labels in view.first_entries.items():
