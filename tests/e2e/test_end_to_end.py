@@ -155,10 +155,10 @@ def test_stages_do_their_real_job(graph):
     assert forecast["target"]["shape"] == planned.size and forecast["target"]["budget"] == 1e11
     assert ckpt["steps"] == planned.train.steps and ckpt["tokens_seen"] == planned.tokens
     result = law["result"]
-    # the UI's numbers are to 5 significant digits, the JSON's whole
-    assert result["predicted"] == pytest.approx(forecast["predicted_loss"], rel=1e-4)
+    # the UI's numbers are to 4 significant digits, the JSON's whole
+    assert result["predicted"] == pytest.approx(forecast["predicted_loss"], rel=1e-3)
     assert result["preregistered"]
-    assert result["actual"] == pytest.approx(meta["tiny/eval_results"]["loss"], rel=1e-4)
+    assert result["actual"] == pytest.approx(meta["tiny/eval_results"]["loss"], rel=1e-3)
     # the ladder's diagnostics, against each rung's own evaluation
     assert forecast["unigram_loss"] < math.log(512) and forecast["target_epochs"] > 0
     rungs = {

@@ -179,9 +179,10 @@ def test_the_comparison_holds_every_variant(ablation):
     assert "| metric | base | hot |" in meta["markdown"]["comparison"]
     for plot in ("loss_curves.png", "loss_vs_baseline.png", "scores.png"):
         assert (artifact.path / plot).stat().st_size > 1000
-    # the UI shows the answer first: the verdict, the hypothesis and the table, then the plots, then where
+    # the UI shows the answer first: the verdict, the hypothesis and the table, the plots, then the rest
     shown = next(m.metadata for m in second.materialized if m.asset == "small_ablation/comparison")
-    assert list(shown)[:5] == ["verdict", "hypothesis", "comparison", "best", "metric"]
+    plots = ["loss_vs_baseline", "loss_curves", "scores"]
+    assert list(shown)[:8] == ["verdict", "hypothesis", "comparison", *plots, "best", "metric"]
     assert list(shown)[-6:] == ["path", "version", "reused", "files", "bytes", "wall_seconds"]
 
 
