@@ -382,14 +382,27 @@ def actual_in_interval(artifact: Artifact) -> tuple[bool, dict[str, Any]]:
     broken pipeline: this check warns; so does a forecast written after its target had started (a target
     reused under a re-forecast), which preregistered nothing."""
     result = artifact.metadata["result"]
-    return result["within_interval"] and result["preregistered"], _promise(result)
+    reason = (
+        f"forecast {result['predicted']:.4g}, 95% [{result['low']:.4g}, {result['high']:.4g}]; actual "
+        f"{result['actual']:.4g} ({100 * result['error']:+.1f}%), {where_it_fell(result)}{_written(result)}"
+    )
+    return result["within_interval"] and result["preregistered"], {**_promise(result), "reason": reason}
 
 
 def within_accuracy_goal(artifact: Artifact) -> tuple[bool, dict[str, Any]]:
     """The experiment's own accuracy goal (``accuracy_goal``), where it declares one: a warning too."""
     result, goal = artifact.metadata["result"], artifact.metadata["accuracy_goal"]
     passed = goal is None or (abs(result["error"]) <= goal and result["preregistered"])
-    return passed, {**_promise(result), "accuracy_goal": "none declared" if goal is None else goal}
+    error = f"error {100 * result['error']:+.2f}%"
+    reason = f"{error}, no goal declared" if goal is None else f"{error}, goal {100 * goal:g}%"
+    reason += _written(result)
+    found = {**_promise(result), "accuracy_goal": "none declared" if goal is None else goal, "reason": reason}
+    return passed, found
+
+
+def _written(result: dict[str, Any]) -> str:
+    """Nothing for a preregistered forecast; else, that it was not one."""
+    return "" if result["preregistered"] else "; written AFTER the target started: no preregistration"
 
 
 def _promise(result: dict[str, Any]) -> dict[str, Any]:
