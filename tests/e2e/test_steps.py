@@ -281,6 +281,6 @@ def test_the_ui_shows_the_runs_assets_verdict_and_ladder_grid(ablation):
     assert all(r["status"] == "SUCCESS" for r in shown.runs)
     assert shown.never_materialised == []  # the baseline's steps too, materialised by the other run
     labels = shown.first_entries["small_ablation/comparison"]
-    assert labels[:5] == ["verdict", "hypothesis", "comparison", "best", "metric"]
+    assert labels[:6] == ["verdict", "hypothesis", "comparison", "loss_vs_baseline", "loss_curves", "scores"]
     grid = ladder.dimensions["small_ladder/isoflop_checkpoint"]
     assert grid == {"budget": ["1e10", "2e10", "4e10"], "size": ["size1", "size2", "size3"]}
