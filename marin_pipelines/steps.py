@@ -79,6 +79,30 @@ class Check:
         return (self.fn.__doc__ or "").strip()
 
 
+@dataclass
+class CheckOutcome:
+    """A check's result on one output, as a run reports it; ``reason``: what it found, on one line."""
+
+    asset: str
+    check: str
+    passed: bool
+    blocking: bool = True  # False for WARN-severity checks: a result to report, not a broken pipeline
+    reason: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.asset}:{self.check}"
+
+
+def check_reason(found: dict[str, Any]) -> str:
+    """What a check found (the metadata its function returns), on one line: its ``reason``, else its
+    ``warnings``, else its figures."""
+    for key in ("reason", "warnings"):
+        if text := found.get(key):
+            lines = text.splitlines() if isinstance(text, str) else [str(line) for line in text]
+            return "; ".join(line.strip() for line in lines if line.strip())
+    return ", ".join(f"{key} {value}" for key, value in found.items())
+
+
 class Launcher(Protocol):
     """Where training and evaluation run (a subprocess, a pod): the Dagster layer binds one to its run.
 

@@ -1,17 +1,19 @@
-"""The plain-text summary `make demo` ends with, read back from the artifact store.
+"""The plain-text summary of each experiment a run of experiments (`make demo`) prints, read back from the
+artifact store, and the short wrap-up it ends with.
 
-It covers whatever steps the experiment has: document funnels, tokens, each run and its evaluation, an
+A summary covers whatever steps the experiment has: document funnels, tokens, each run and its evaluation, an
 IsoFLOP ladder's preregistered forecast against its target, the speedrun, and a comparison's table.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from marin_pipelines.documents import REMOVED_PREFIX, Funnel, list_shards, read_shard
 from marin_pipelines.experiment import Experiment
-from marin_pipelines.steps import Step
+from marin_pipelines.steps import CheckOutcome, Step
 from marin_pipelines.store import Artifact, ArtifactStore
 
 if TYPE_CHECKING:
@@ -61,8 +63,57 @@ def experiment_summary(experiment: Experiment, store_root: str, run: ExperimentR
         lines += [f"  {line}" for line in meta["markdown"]["verdict"].replace("**", "").splitlines() if line]
         lines += [f"  {row}" for row in meta["markdown"]["comparison"].splitlines()]
     failed = run.failed_checks
-    lines.append(f"asset checks: {len(run.checks) - len(failed)} passed")
-    lines += [f"  {'FAILED' if c.blocking else 'WARNING'}: {c} did not pass" for c in failed]
+    not_passed = f", {len(failed)} did not pass (listed with their reasons at the end)" if failed else ""
+    lines.append(f"asset checks: {len(run.checks) - len(failed)} passed{not_passed}")
+    return "\n".join(lines)
+
+
+UI = "http://127.0.0.1:3000"  # where `make ui` serves Dagster's UI
+
+
+@dataclass
+class Outcome:
+    """One experiment as the wrap-up tells it: what ran, the one figure it is about and where to look."""
+
+    name: str
+    computed: int
+    reused: int
+    figure: str  # its forecast against the actual, or its comparison's verdict; "" when it has neither
+    page: str  # the asset whose page shows it, e.g. "demo/isoflop_law"
+
+
+def outcome(experiment: Experiment, store_root: str, run: ExperimentRun) -> Outcome:
+    """What the wrap-up says of ``experiment``, from its run and the headline its last declared IsoFLOP law
+    (else its last comparison) stored: the figure that step's page shows first."""
+    figure, page = "", experiment.steps[-1].name
+    for stage, entry in HEADLINES.items():
+        if steps := [s for s in experiment.steps if s.stage.name == stage]:
+            artifact = ArtifactStore(store_root).get(steps[-1].key, steps[-1].version)
+            if artifact is not None:
+                text = artifact.metadata["markdown"][entry]
+                figure, page = text.split("\n\n")[0].replace("**", ""), steps[-1].name
+            break
+    return Outcome(experiment.name, len(run.materialized) - run.reused, run.reused, figure, page)
+
+
+HEADLINES = {"isoflop_law": "forecast", "comparison": "verdict"}  # stage -> its headline's markdown entry
+
+
+def wrap_up(outcomes: list[Outcome], checks: list[CheckOutcome], leaderboard: str = "") -> str:
+    """The lines a run of experiments ends with: per experiment what ran, its figure and its page in the
+    UI, then every check that did not pass, once (experiments sharing a step report its checks each), on
+    one line with its reason."""
+    lines = ["== wrap-up"]
+    for o in outcomes:
+        lines.append(f"{o.name} ({o.computed} outputs computed, {o.reused} reused): {o.figure or 'done'}")
+        lines.append(f"  {UI}/assets/{o.page}")
+    if leaderboard:
+        lines.append(leaderboard)
+    said: set[str] = set()
+    for c in checks:
+        if not c.passed and str(c) not in said:
+            said.add(str(c))
+            lines.append(f"{'FAILED' if c.blocking else 'WARNING'}: {c}: {c.reason or 'did not pass'}")
     return "\n".join(lines)
 
 
@@ -176,5 +227,4 @@ def _isoflop(law: dict, forecast: dict) -> list[str]:
     for metric, d in law["downstream"].items():
         error = "" if d["relative_error"] is None else f" ({100 * d['relative_error']:+.1f}%)"
         lines.append(f"  {metric}: forecast {d['predicted']:.3f}, actual {d['actual']:.3f}{error}")
-    lines += [f"  ladder warning: {warning}" for warning in forecast["warnings"]]
-    return lines
+    return lines  # the ladder's warnings: its check's reason, in the wrap-up

@@ -62,11 +62,12 @@ def run_experiments(names: list[str], store_root: str | None, dry: bool = False)
     from marin_pipelines.defs.instance import project_instance  # here: a dry run needs no Dagster
     from marin_pipelines.defs.local_run import materialize_experiment, materialize_leaderboard
     from marin_pipelines.store import default_store_root
-    from marin_pipelines.summary import experiment_summary
+    from marin_pipelines.summary import experiment_summary, outcome, wrap_up
 
     instance = project_instance()
     root = store_root or default_store_root()
     failed = False
+    outcomes, checks = [], []
     for name in names:
         started = time.time()
         try:
@@ -78,13 +79,16 @@ def run_experiments(names: list[str], store_root: str | None, dry: bool = False)
             cause = root_cause(e)
             print(f"marin-pipelines: {name} failed: {type(cause).__name__}: {cause}", file=sys.stderr)
             return 1
-        print(experiment_summary(experiments[name], root, run, time.time() - started))
+        print(experiment_summary(experiments[name], root, run, time.time() - started) + "\n")
+        outcomes.append(outcome(experiments[name], root, run))
+        checks += run.checks
         failed |= not run.checks_passed
     board = materialize_leaderboard(root, instance)  # with no daemon here, its automation is this call
-    print(
-        f"\nleaderboard: {board['models']} evaluated models in the store, {board['columns']} columns "
+    leaderboard = (
+        f"leaderboard: {board['models']} evaluated models in the store, {board['columns']} columns "
         "(`marin-pipelines leaderboard --evals`, or the leaderboard asset in the UI)"
     )
+    print(wrap_up(outcomes, checks, leaderboard))
     return 1 if failed else 0
 
 

@@ -43,7 +43,7 @@ from marin_pipelines.defs.automation import (
 from marin_pipelines.defs.step_assets import asset_key, dagster_metadata, snapshot_partitions
 from marin_pipelines.execution_record import write_record
 from marin_pipelines.experiment import Experiment
-from marin_pipelines.steps import Step, topological
+from marin_pipelines.steps import CheckOutcome, Step, check_reason, topological
 from marin_pipelines.store import ArtifactStore, default_store_root
 
 log = logging.getLogger(__name__)
@@ -59,17 +59,6 @@ class Materialized:
     partition: str | None
     reused: bool
     metadata: dict = field(default_factory=dict)
-
-
-@dataclass
-class CheckOutcome:
-    asset: str
-    check: str
-    passed: bool
-    blocking: bool = True  # False for WARN-severity checks: a result to report, not a broken pipeline
-
-    def __str__(self) -> str:
-        return f"{self.asset}:{self.check}"
 
 
 @dataclass
@@ -181,7 +170,11 @@ def materialize_experiment(
         report.materialized += _materialized(result)
         report.checks += [
             CheckOutcome(
-                e.asset_key.to_user_string(), e.check_name, e.passed, e.severity != AssetCheckSeverity.WARN
+                e.asset_key.to_user_string(),
+                e.check_name,
+                e.passed,
+                e.severity != AssetCheckSeverity.WARN,
+                check_reason(_plain(e.metadata)),
             )
             for e in result.get_asset_check_evaluations()
         ]
@@ -198,8 +191,9 @@ def _reuse_stored(
     if artifact is None:
         return False
     checks = [
-        CheckOutcome(step.name, name, check.fn(artifact)[0], check.blocking)
+        CheckOutcome(step.name, name, passed, check.blocking, check_reason(found))
         for name, check in step.stage.checks.items()
+        for passed, found in [check.fn(artifact)]
     ]
     if any(c.blocking and not c.passed for c in checks):
         return False

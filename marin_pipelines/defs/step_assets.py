@@ -229,26 +229,28 @@ def step_asset(
 
 
 def dagster_metadata(artifact: Artifact, reused: bool, headline: tuple[str, ...] = ()) -> dict[str, Any]:
-    """Manifest -> UI metadata: scalars as numbers (plotted over time) to 5 significant digits, the funnel
-    as a table. First what a reader looks for: the stage's ``headline`` entries and the funnel, then the
-    stage's others in its order (a comparison's verdict first), then where the output is and its size; for
-    an alias, ``same_as`` names the step whose output it is (the path is that output's)."""
+    """Manifest -> UI metadata, which Dagster shows in insertion order. First what a reader looks for: the
+    stage's ``headline`` entries and the funnel, then what is read rather than scanned (tables, verdicts,
+    pictures) in the stage's order, then the other figures, then the large JSON blocks (a run's mesh and
+    layouts), then where the output is and its size; for an alias, ``same_as`` names the step whose output
+    it is (the path is that output's). Numbers are rounded for reading (``readable``): the manifest keeps
+    every digit."""
     files = artifact.manifest["files"]
-    out: dict[str, Any] = {}
+    read: dict[str, Any] = {}  # markdown and pictures
+    figures: dict[str, Any] = {}
+    blocks: dict[str, Any] = {}
     for name, value in artifact.metadata.items():
         if name == "funnel":
-            out.update(funnel_metadata(Funnel.from_dict(value)))
+            read.update(funnel_metadata(Funnel.from_dict(value)))
         elif name == "plots":
-            for title, filename in value.items():
-                out[title] = png_markdown(artifact, title, filename)
+            read.update({title: png_markdown(artifact, title, file) for title, file in value.items()})
         elif name == "markdown":
-            out.update({title: MetadataValue.md(text) for title, text in value.items()})
-        elif isinstance(value, float):
-            out[name] = float(f"{value:.5g}")  # the manifest keeps every digit
-        elif isinstance(value, bool | int | str):
-            out[name] = value
+            read.update({title: MetadataValue.md(text) for title, text in value.items()})
+        elif isinstance(value, bool | int | float | str):
+            figures[name] = readable(value, name)  # a number: plotted over time
         else:
-            out[name] = MetadataValue.json(value)
+            blocks[name] = MetadataValue.json(readable(value, name))
+    out = {**read, **figures, **blocks}
     first = [key for key in (*headline, *FUNNEL_ENTRIES) if key in out]
     return {
         **{key: out[key] for key in first},
@@ -261,6 +263,19 @@ def dagster_metadata(artifact: Artifact, reused: bool, headline: tuple[str, ...]
         "bytes": sum(f["bytes"] for f in files),
         "wall_seconds": round(artifact.manifest["wall_seconds"], 1),
     }
+
+
+def readable(value: Any, name: str = "") -> Any:
+    """``value`` as people read it, at any depth: a float to 4 significant digits (a loss needs no more), a
+    FLOPs count (a name holding ``flops``, or a ladder's ``budget``) to 3, e.g. 1.23e+17; the rest as is."""
+    if isinstance(value, dict):
+        return {key: readable(item, str(key)) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [readable(item, name) for item in value]
+    flops = "flops" in name.lower() or name.lower().startswith("budget")
+    if isinstance(value, float) or (flops and isinstance(value, int) and not isinstance(value, bool)):
+        return float(f"{value:.{3 if flops else 4}g}")
+    return value
 
 
 FUNNEL_ENTRIES = ("docs_out", "docs_in", "docs_removed", "funnel")

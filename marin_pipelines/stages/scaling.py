@@ -255,24 +255,35 @@ def isoflop_forecast(
     plots = isoflop_plots(runs, predicted, out.path)
     for metric, prediction in downstream.items():
         plots[f"downstream {metric}"] = downstream_plot(runs, prediction, out.path)
-    out.metadata.update(
+    out.metadata.update(forecast_metadata(record, predicted, downstream, plots))
+
+
+def forecast_metadata(
+    record: dict[str, Any],
+    predicted: Forecast,
+    downstream: dict[str, DownstreamForecast],
+    plots: dict[str, str],
+) -> dict[str, Any]:
+    """The forecast's page, from its ``record`` (``forecast.json``): the headline, then the pictures, the
+    tables and the rest (the order ``dagster_metadata`` keeps); the 95% interval once, as ``interval_95``."""
+    runs, budget = record["runs"], record["target"]["budget"]
+    return dict(
         preregistered_at=record["preregistered_at"],
         predicted_loss=predicted.loss,
-        loss_interval=list(predicted.loss_interval),
         interval_80=record["prediction"]["interval_80"],
         interval_95=record["prediction"]["interval_95"],
         interval_sources=record["prediction"]["sources"],
         frontier=predicted.frontier.formula,
-        target=target,
+        target=record["target"],
         extrapolation=budget / max(r["budget"] for r in runs),
         n_runs=len(runs),
         n_budgets=predicted.n_budgets,
         seed_spread=predicted.seed_spread,
         downstream={metric: d.value for metric, d in downstream.items()},
         rung_table=RUNG_TABLE,
-        markdown={"trust": trust_table(predicted), "optima": optima_table(predicted)},
         plots=plots,
-        **diagnostics,
+        markdown={"trust": trust_table(predicted), "optima": optima_table(predicted)},
+        **record["diagnostics"],
     )
 
 
@@ -305,21 +316,18 @@ def prediction_record(predicted: Forecast) -> dict[str, Any]:
 
 
 def trust_table(predicted: Forecast) -> str:
-    """Markdown, written before the target runs: each level's interval, how far it reaches below and
-    above the forecast, and what each source adds on each side."""
-    rows = [
-        "| level | interval | below | above | noise | floor | form |",
-        "|---|---|---|---|---|---|---|",
-    ]
+    """Markdown, written before the target runs, narrow enough for the asset page: each level's interval,
+    how far it reaches below and above the forecast, and what each source adds on each side."""
+    rows = ["| level | loss | reach | noise | floor | form |", "|---|---|---|---|---|---|"]
 
-    def pair(sides: tuple[float, float]) -> str:
-        return f"-{100 * sides[0]:.1f}% / +{100 * sides[1]:.1f}%"
+    def pair(below: float, above: float) -> str:
+        return f"-{100 * below:.1f}/+{100 * above:.1f}%"
 
     for key, i in predicted.by_percent.items():
-        below, above = 1 - i.low / predicted.loss, i.high / predicted.loss - 1
+        reach = pair(1 - i.low / predicted.loss, i.high / predicted.loss - 1)
         rows.append(
-            f"| {key}% | [{i.low:.4f}, {i.high:.4f}] | -{100 * below:.1f}% | +{100 * above:.1f}% "
-            f"| {pair(i.noise)} | {pair(i.floor)} | {pair(i.form)} |"
+            f"| {key}% | [{i.low:.4g}, {i.high:.4g}] | {reach} | {pair(*i.noise)} | {pair(*i.floor)} "
+            f"| {pair(*i.form)} |"
         )
     return "\n".join(rows)
 
@@ -362,8 +370,8 @@ def optima_table(predicted: Forecast) -> str:
         low, high = o.loss_interval
         used = "yes" if o.usable else f"no: {o.problem}"
         rows.append(
-            f"| {o.budget:.3g} | {o.n_rungs} | {o.n_runs} | {o.profile.params:.3g} | {o.profile.loss:.4f} "
-            f"| [{low:.4f}, {high:.4f}] | {used} |"
+            f"| {o.budget:.3g} | {o.n_rungs} | {o.n_runs} | {o.profile.params:.3g} | {o.profile.loss:.4g} "
+            f"| [{low:.4g}, {high:.4g}] | {used} |"
         )
     return "\n".join(rows)
 
@@ -374,14 +382,27 @@ def actual_in_interval(artifact: Artifact) -> tuple[bool, dict[str, Any]]:
     broken pipeline: this check warns; so does a forecast written after its target had started (a target
     reused under a re-forecast), which preregistered nothing."""
     result = artifact.metadata["result"]
-    return result["within_interval"] and result["preregistered"], _promise(result)
+    reason = (
+        f"forecast {result['predicted']:.4g}, 95% [{result['low']:.4g}, {result['high']:.4g}]; actual "
+        f"{result['actual']:.4g} ({100 * result['error']:+.1f}%), {where_it_fell(result)}{_written(result)}"
+    )
+    return result["within_interval"] and result["preregistered"], {**_promise(result), "reason": reason}
 
 
 def within_accuracy_goal(artifact: Artifact) -> tuple[bool, dict[str, Any]]:
     """The experiment's own accuracy goal (``accuracy_goal``), where it declares one: a warning too."""
     result, goal = artifact.metadata["result"], artifact.metadata["accuracy_goal"]
     passed = goal is None or (abs(result["error"]) <= goal and result["preregistered"])
-    return passed, {**_promise(result), "accuracy_goal": "none declared" if goal is None else goal}
+    error = f"error {100 * result['error']:+.2f}%"
+    reason = f"{error}, no goal declared" if goal is None else f"{error}, goal {100 * goal:g}%"
+    reason += _written(result)
+    found = {**_promise(result), "accuracy_goal": "none declared" if goal is None else goal, "reason": reason}
+    return passed, found
+
+
+def _written(result: dict[str, Any]) -> str:
+    """Nothing for a preregistered forecast; else, that it was not one."""
+    return "" if result["preregistered"] else "; written AFTER the target started: no preregistration"
 
 
 def _promise(result: dict[str, Any]) -> dict[str, Any]:

@@ -234,9 +234,18 @@ def mixture_of_inputs(ctx: StepContext, mixture: MixtureConfig, caches: dict[str
         raise InputError(f"{ctx.step.name}: {e}") from None
 
 
-# what a run is judged by; params non-embedding first (the count the recipes, forecasts and comparisons use),
-# then the trainer's ``params`` and ``active_params``, which hold the embeddings (totals)
-RUN_HEADLINE = ("final_loss", "tokens_seen", "mfu", "non_embedding_params", "params", "active_params")
+# what a run is judged by, shown first and followed by its loss curve (``dagster_metadata``); params
+# non-embedding first (the count the recipes, forecasts and comparisons use), then the trainer's ``params``
+# and ``active_params``, which hold the embeddings (totals)
+RUN_HEADLINE = (
+    "final_loss",
+    "tokens_seen",
+    "flops",
+    "mfu",
+    "non_embedding_params",
+    "params",
+    "active_params",
+)
 
 
 # revision 2: orbax

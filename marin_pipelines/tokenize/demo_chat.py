@@ -22,7 +22,7 @@ from typing import Any
 import xxhash
 from pydantic import BaseModel, ConfigDict, Field
 
-from marin_pipelines.crawl.demo_crawl import CURATED_MODULES, stdlib_material_isolated
+from marin_pipelines.stdlib_material import CURATED_MODULES, stdlib_material_isolated
 
 SYSTEM = "You answer questions about the Python standard library briefly."
 QUESTIONS = (

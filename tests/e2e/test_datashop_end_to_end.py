@@ -89,8 +89,8 @@ def test_labels_train_the_classifier_that_curates(data_part):
     classifier = scores["classifier"]
     assert classifier["positives"] == labels["positives"]  # positives are exactly the labels >= keep
     for name in ("precision", "recall", "f1"):
-        # the UI shows a number to 5 significant digits, the JSON beside it every digit
-        assert 0 <= scores[name] <= 1 and scores[name] == pytest.approx(classifier[name], rel=1e-4)
+        # the UI shows a number to 4 significant digits, in the JSON beside it too
+        assert 0 <= scores[name] <= 1 and scores[name] == pytest.approx(classifier[name], rel=1e-3)
     assert scores["f1"] > 0.5
     assert "data:image/png;base64," in scores["score_histogram"]
 

@@ -155,10 +155,10 @@ def test_stages_do_their_real_job(graph):
     assert forecast["target"]["shape"] == planned.size and forecast["target"]["budget"] == 1e11
     assert ckpt["steps"] == planned.train.steps and ckpt["tokens_seen"] == planned.tokens
     result = law["result"]
-    # the UI's numbers are to 5 significant digits, the JSON's whole
-    assert result["predicted"] == pytest.approx(forecast["predicted_loss"], rel=1e-4)
+    # the UI's numbers are to 4 significant digits, the JSON's whole
+    assert result["predicted"] == pytest.approx(forecast["predicted_loss"], rel=1e-3)
     assert result["preregistered"]
-    assert result["actual"] == pytest.approx(meta["tiny/eval_results"]["loss"], rel=1e-4)
+    assert result["actual"] == pytest.approx(meta["tiny/eval_results"]["loss"], rel=1e-3)
     # the ladder's diagnostics, against each rung's own evaluation
     assert forecast["unigram_loss"] < math.log(512) and forecast["target_epochs"] > 0
     rungs = {
@@ -330,25 +330,36 @@ def test_definitions_load_for_the_ui():
 
 
 def test_the_summary_reads_the_run_back_from_the_store(graph):
-    from marin_pipelines.summary import experiment_summary
+    from marin_pipelines.summary import experiment_summary, outcome, wrap_up
 
     experiment, root, _, run = graph
     text = experiment_summary(experiment, root, run, seconds=1.0)
+    end = wrap_up([outcome(experiment, root, run)], [*run.checks, *run.checks])  # each said once
+    assert "WARNING" not in text and "ladder warning" not in text  # said once, with its reason, at the end
     forecast = next(m.metadata for m in run.materialized if m.asset == "tiny/isoflop_forecast")
-    assert text.count("ladder warning:") == len(forecast["warnings"])
-    warned = "WARNING: tiny/isoflop_forecast:ladder_informative did not pass" in text
-    assert warned == bool(forecast["warnings"])
+    warned = [line for line in end.splitlines() if line.startswith("WARNING: tiny/isoflop_forecast:")]
+    assert len(warned) == bool(forecast["warnings"]) == 1  # 3 budgets: the frontier's floor is not known
+    assert warned[0].startswith("WARNING: tiny/isoflop_forecast:ladder_informative: ")
+    assert all(line.strip() in warned[0] for warning in forecast["warnings"] for line in warning.splitlines())
     law = next(m.metadata for m in run.materialized if m.asset == "tiny/isoflop_law")
     assert f"actual {law['result']['actual']:.3f}" in text
+    result = law["result"]
+    tiny = end.splitlines()[1]  # the experiment's figure: its forecast, interval and actual, as its page's
+    assert (
+        tiny.startswith("tiny (")
+        and f"forecast {result['predicted']:.3f}, 95% [{result['low']:.3f}, " in tiny
+    )
+    assert f"actual {result['actual']:.3f}" in tiny and "**" not in tiny
+    assert end.splitlines()[2] == "  http://127.0.0.1:3000/assets/tiny/isoflop_law"
     checks = {c.check: c.passed for c in run.checks}
     outside = not law["result"]["within_interval"]  # what the forecast promised, asked
     assert checks["actual_in_preregistered_interval"] == (not outside)
-    assert ("WARNING: tiny/isoflop_law:actual_in_preregistered_interval did not pass" in text) == outside
+    assert ("WARNING: tiny/isoflop_law:actual_in_preregistered_interval: forecast " in end) == outside
     assert checks["within_accuracy_goal"] and law["accuracy_goal"] is None  # the tiny ladder declares none
-    assert "FAILED" not in text
+    assert "FAILED" not in text + end
     assert "IsoFLOP ladder: 9 runs, 3 budgets used; frontier L*(C) = " in text
     assert text.count("| 1e+10 |") == text.count("| 2e+10 |") == text.count("| 4e+10 |") == 1
-    result, held_error = law["result"], law["downstream"]["bpb/held"]
+    held_error = law["downstream"]["bpb/held"]
     (low_80, high_80), (low, high) = result["interval_80"], result["interval_95"]
     assert (
         f"loss {result['predicted']:.3f}, 80% [{low_80:.3f}, {high_80:.3f}], 95% [{low:.3f}, {high:.3f}]"

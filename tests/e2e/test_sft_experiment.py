@@ -93,7 +93,7 @@ def test_evaluations_report_the_held_out_chat_loss_the_sft_step_measured(evaluat
     tuned = meta["tiny_sft/sft_checkpoint"]
     for name in ("base", "sft"):
         scores = meta[f"tiny_sft/eval_{name}"]["scores"]
-        assert scores["chat/held"] == pytest.approx(tuned[f"heldout_chat_loss_{name}"], rel=1e-4)
+        assert scores["chat/held"] == pytest.approx(tuned[f"heldout_chat_loss_{name}"], rel=1e-3)  # 4 digits
         assert "bpb/main" in scores  # the SFT run measured on its base's pretraining text too
     assert "tiny_sft/comparison" in meta
 

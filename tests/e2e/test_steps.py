@@ -179,9 +179,10 @@ def test_the_comparison_holds_every_variant(ablation):
     assert "| metric | base | hot |" in meta["markdown"]["comparison"]
     for plot in ("loss_curves.png", "loss_vs_baseline.png", "scores.png"):
         assert (artifact.path / plot).stat().st_size > 1000
-    # the UI shows the answer first: the verdict, the hypothesis and the table, then the plots, then where
+    # the UI shows the answer first: the verdict, the hypothesis and the table, the plots, then the rest
     shown = next(m.metadata for m in second.materialized if m.asset == "small_ablation/comparison")
-    assert list(shown)[:5] == ["verdict", "hypothesis", "comparison", "best", "metric"]
+    plots = ["loss_vs_baseline", "loss_curves", "scores"]
+    assert list(shown)[:8] == ["verdict", "hypothesis", "comparison", *plots, "best", "metric"]
     assert list(shown)[-6:] == ["path", "version", "reused", "files", "bytes", "wall_seconds"]
 
 
@@ -280,6 +281,6 @@ def test_the_ui_shows_the_runs_assets_verdict_and_ladder_grid(ablation):
     assert all(r["status"] == "SUCCESS" for r in shown.runs)
     assert shown.never_materialised == []  # the baseline's steps too, materialised by the other run
     labels = shown.first_entries["small_ablation/comparison"]
-    assert labels[:5] == ["verdict", "hypothesis", "comparison", "best", "metric"]
+    assert labels[:6] == ["verdict", "hypothesis", "comparison", "loss_vs_baseline", "loss_curves", "scores"]
     grid = ladder.dimensions["small_ladder/isoflop_checkpoint"]
     assert grid == {"budget": ["1e10", "2e10", "4e10"], "size": ["size1", "size2", "size3"]}

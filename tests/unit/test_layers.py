@@ -13,7 +13,7 @@ PACKAGE = "marin_pipelines"
 # low to high: a module may import its own layer and the ones below it
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("__init__", "cpu_limit", "lease", "config_errors", "orphans"),
-    ("engine", "store", "documents", "launch_config"),
+    ("engine", "store", "documents", "launch_config", "stdlib_material"),
     # the core library
     ("crawl", "text", "quality", "tokenize", "train", "inference", "serving", "evals", "scaling", "sweeps"),
     ("steps", "step_runner", "experiment", "execution_record"),
@@ -150,3 +150,19 @@ def test_no_two_modules_import_each_other(tmp_path):
     )
     (root / "experiment.py").write_text("from marin_pipelines.cli import demo\n")
     assert mutual_imports(root.parent) == [("marin_pipelines.cli.demo", "marin_pipelines.cli.experiment")]
+
+
+def test_tokenize_reads_no_crawl_module():
+    """Within the core library, data flows crawl -> text -> tokenize: what both need lives below them."""
+    root = Path(marin_pipelines.__file__).parent
+    found = [
+        f"{module} imports {name}"
+        for module, source in modules(root).items()
+        if module.startswith(f"{PACKAGE}.tokenize.")
+        for name in imported(module, source)
+        if name.startswith(f"{PACKAGE}.crawl")
+    ]
+    assert found == []
+    assert imported("marin_pipelines.tokenize.x", "from marin_pipelines.crawl import demo_crawl\n") == [
+        "marin_pipelines.crawl"
+    ]

@@ -75,8 +75,8 @@ def test_the_child_evaluates_mixture_sources_heldout_sets_and_tasks(evaluated):
     both_files = sum(len(t.encode()) for t in [NOTES, *_texts(SHIPPED_TASKS_DIR / "text.jsonl")])
     assert results["bpb"]["notes"]["bytes"] == both_files  # a held-out set of two files is one set
     scores = result.metadata["scores"]
-    # one source: the mixture's bits-per-byte is its own (the UI shows the number to 5 significant digits)
-    assert scores["bpb/main"] == pytest.approx(result.metadata["bits_per_byte"], rel=1e-4)
+    # one source: the mixture's bits-per-byte is its own (the UI shows numbers to 4 significant digits)
+    assert scores["bpb/main"] == pytest.approx(result.metadata["bits_per_byte"], rel=1e-3)
     assert result.metadata["bits_per_byte"] > 0
     assert "marin_python_qa/exact_match" in scores and "bpb/notes" in scores
 

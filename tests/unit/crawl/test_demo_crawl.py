@@ -11,7 +11,8 @@ import pytest
 from fastwarc.warc import ArchiveIterator, WarcRecordType
 from pydantic import ValidationError
 
-from marin_pipelines.crawl.demo_crawl import CURATED_MODULES, DemoCrawlConfig, build_demo_crawl
+from marin_pipelines.crawl.demo_crawl import DemoCrawlConfig, build_demo_crawl
+from marin_pipelines.stdlib_material import CURATED_MODULES
 
 SMALL = DemoCrawlConfig(pydoc_modules=("json", "textwrap"), n_files=2)
 

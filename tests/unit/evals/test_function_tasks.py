@@ -8,7 +8,6 @@ import pytest
 import yaml
 from lm_eval.api.model import LM
 
-from marin_pipelines.crawl.demo_crawl import CURATED_MODULES
 from marin_pipelines.evals.evaluation_items import evaluation_items
 from marin_pipelines.evals.lm_eval_tasks import (
     FUNCTION_TASKS,
@@ -21,6 +20,7 @@ from marin_pipelines.evals.lm_eval_tasks import (
 from marin_pipelines.evals.python_functions import FEWSHOT, MODULES, TEST_FILE, python_version, task_files
 from marin_pipelines.evals.tasks.sampled_answers import process_results, token_f1
 from marin_pipelines.stages.dataset_dumps import MODULES as DUMPED_MODULES
+from marin_pipelines.stdlib_material import CURATED_MODULES
 
 TASKS = FUNCTION_TASKS
 FUNCTIONS = [json.loads(line) for line in (SHIPPED_TASKS_DIR / TEST_FILE).read_text().splitlines()]

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from marin_pipelines.crawl.demo_crawl import stdlib_material_isolated
+from marin_pipelines.stdlib_material import stdlib_material_isolated
 from marin_pipelines.tokenize.chat_data import ChatStats, read_conversations
 from marin_pipelines.tokenize.demo_chat import HELDOUT_FILE, TRAIN_FILE, DemoChatConfig, build_demo_chat
 
