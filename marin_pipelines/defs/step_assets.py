@@ -76,8 +76,9 @@ def partitions(step: Step) -> PartitionsDefinition | None:
 
 
 def ladder_grid(keys: list[str]) -> PartitionsDefinition:
-    """A ladder's rungs (``budget|size<rank>``) as the UI's budget x size matrix, where a backfill selects a
-    budget's row or a size's column. A ladder whose budgets do not all sweep the same number of sizes (the
+    """A ladder's rungs (``budget|size<rank>``) as two dimensions, budget and size: the UI lists each (two
+    lists side by side; a drop-down each in the backfill dialog), so a backfill selects a budget's row or a
+    size's column. A ladder whose budgets do not all sweep the same number of sizes (the
     recipe refused or merged a point) is no full grid: a flat list of the same keys."""
     if not keys:
         return StaticPartitionsDefinition([])
