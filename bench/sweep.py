@@ -74,6 +74,7 @@ STDLIB_TEXT = (
 )  # fmt: skip
 DOC_LINES = 40  # lines of a module per document
 PARAM = "train.learning_rate"
+DECAY = "train.weight_decay"  # the second dimension, with --weight-decays
 GOAL_GAP, GOAL_FLOPS = 0.005, 0.35
 
 
@@ -93,6 +94,12 @@ class Arm:
     def lr(self) -> float:
         assert self.result.best is not None
         return float(self.result.best.params[PARAM])
+
+    @property
+    def decay(self) -> str:
+        assert self.result.best is not None
+        value = self.result.best.params.get(DECAY)
+        return "" if value is None else f"{value:.3g}"
 
 
 def make_cache(folder: Path, vocab: int) -> Path:
@@ -167,6 +174,12 @@ def main() -> None:
         "--lr-high", type=float, default=1e-1, help="the range's high end: the last grid point"
     )
     parser.add_argument(
+        "--weight-decays",
+        type=lambda text: [float(v) for v in text.split(",")],
+        help="a second dimension: AdamW's weight decay, these grid points (comma-separated); TPE searches "
+        "the linear range from the first to the last",
+    )
+    parser.add_argument(
         "--startup-trials",
         type=int,
         default=2,
@@ -186,6 +199,11 @@ def main() -> None:
 
     grid = grid_values(args.lr_low, args.lr_high, args.grid)
     space = {PARAM: {"low": grid[0], "high": grid[-1], "log": True, "grid": grid}}
+    decays = args.weight_decays
+    if decays:
+        space[DECAY] = {"low": min(decays), "high": max(decays), "log": False, "grid": decays}
+    points = args.grid * len(decays or [0])
+    named = f"-wd{len(decays)}" if decays else ""  # a folder a space: --out may hold both
     base = base_run(args.size, args.seq_len, args.batch_size, args.steps)
     began = time.perf_counter()
     with tempfile.TemporaryDirectory() as folder:
@@ -193,21 +211,25 @@ def main() -> None:
         cache = out / "data" / "cache"
         if not (cache / "cache.json").exists():  # written last
             cache = make_cache(out / "data", args.vocab)
-        print(f"grid: {args.grid} learning rates {grid[0]:.3g} .. {grid[-1]:.3g}", file=sys.stderr)
+        print(
+            f"grid: {args.grid} learning rates {grid[0]:.3g} .. {grid[-1]:.3g}"
+            + (f" x weight decays {decays}" if decays else ""),
+            file=sys.stderr,
+        )
         full = sweep_arm(
             "grid",
-            f"grid-{args.grid}",
+            f"grid-{args.grid}{named}",
             base,
             cache,
             space,
-            SweepSettings(trials=args.grid, sampler="grid", pruner="none", report_every=args.report_every),
+            SweepSettings(trials=points, sampler="grid", pruner="none", report_every=args.report_every),
             out,
         )
         tpe = [
             sweep_arm(
                 f"tpe seed {seed}",
                 f"tpe-{seed}-trials{args.trials}-startup{args.startup_trials}-reports{args.report_every}"
-                f"-eta{args.reduction_factor}",
+                f"-eta{args.reduction_factor}{named}",
                 base,
                 cache,
                 space,
@@ -228,13 +250,15 @@ def main() -> None:
 
     print(
         f"\n{args.size} model, {args.steps} steps, batch {args.batch_size} x {args.seq_len}; learning rate "
-        f"{grid[0]:.3g} .. {grid[-1]:.3g} (log); grid {args.grid} points; TPE {args.trials} trials, "
+        f"{grid[0]:.3g} .. {grid[-1]:.3g} (log)"
+        + (f" x weight decay {min(decays)} .. {max(decays)}" if decays else "")
+        + f"; grid {points} points; TPE {args.trials} trials, "
         f"Hyperband (reduction {args.reduction_factor}, startup {args.startup_trials})"
     )
     print("grid's validation loss by learning rate: " + ", ".join(f"{lr:.3g} {v:.4f}" for lr, v in curve))
     print(
-        f"\n{'arm':<11}{'best':>9}{'lr':>9}{'gap':>8}{'FLOPs':>9}{'x grid':>8}{'complete':>9}{'pruned':>7}"
-        f"{'s':>6}"
+        f"\n{'arm':<11}{'best':>9}{'lr':>9}{'wd':>6}{'gap':>8}{'FLOPs':>9}{'x grid':>8}{'complete':>9}"
+        f"{'pruned':>7}{'s':>6}"
     )
     met = 0
     for arm in [full, *tpe]:
@@ -242,7 +266,7 @@ def main() -> None:
         ok = gap <= GOAL_GAP and share <= GOAL_FLOPS
         met += ok and arm is not full
         print(
-            f"{arm.name:<11}{arm.value:>9.4f}{arm.lr:>9.3g}{gap:>+8.2%}{arm.result.flops:>9.2e}{share:>8.1%}"
+            f"{arm.name:<11}{arm.value:>9.4f}{arm.lr:>9.3g}{arm.decay:>6}{gap:>+8.2%}{arm.result.flops:>9.2e}{share:>8.1%}"
             f"{arm.result.complete:>9}{arm.result.pruned:>7}{arm.seconds:>6.0f}"
             + ("" if arm is full else "  met" if ok else "  not met")
         )
@@ -257,10 +281,10 @@ def main() -> None:
 
 
 def _grid_curve(folder: Path) -> list[tuple[float, float]]:
-    """The grid's (learning rate, value) points, by learning rate."""
+    """The grid's (learning rate, value) points, by learning rate: each its best over the weight decays."""
     table = pl.read_parquet(folder / "trials.parquet")
-    lr = table["params"].struct.field(PARAM).to_list()
-    return sorted(zip(lr, table["value"].to_list(), strict=True))
+    best = table.select(lr=pl.col("params").struct.field(PARAM), value=pl.col("value")).group_by("lr").min()
+    return sorted(best.iter_rows())
 
 
 if __name__ == "__main__":
