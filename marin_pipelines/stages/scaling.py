@@ -316,19 +316,17 @@ def prediction_record(predicted: Forecast) -> dict[str, Any]:
 
 
 def trust_table(predicted: Forecast) -> str:
-    """Markdown, written before the target runs, narrow enough for the asset page: each level's interval,
-    how far it reaches below and above the forecast, and what each source adds on each side."""
-    rows = ["| level | loss | reach | noise | floor | form |", "|---|---|---|---|---|---|"]
+    """Markdown, written before the target runs, narrow enough for the asset page: how far each level's
+    interval reaches below and above the forecast, and what each source adds on each side (the intervals
+    themselves are the entries above it)."""
+    rows = ["| level | reach | noise | floor | form |", "|---|---|---|---|---|"]
 
     def pair(below: float, above: float) -> str:
         return f"-{100 * below:.1f}/+{100 * above:.1f}%"
 
     for key, i in predicted.by_percent.items():
         reach = pair(1 - i.low / predicted.loss, i.high / predicted.loss - 1)
-        rows.append(
-            f"| {key}% | [{i.low:.4g}, {i.high:.4g}] | {reach} | {pair(*i.noise)} | {pair(*i.floor)} "
-            f"| {pair(*i.form)} |"
-        )
+        rows.append(f"| {key}% | {reach} | {pair(*i.noise)} | {pair(*i.floor)} | {pair(*i.form)} |")
     return "\n".join(rows)
 
 
