@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from PIL import Image
+
 RUNS = """query Runs($tags: [ExecutionTag!]) {
   runsOrError(filter: {tags: $tags}) { ... on Runs { results { runId jobName status } } }
 }"""
@@ -42,8 +44,10 @@ ASSET = """query Asset($path: [String!]!) {
   }
 }"""
 STARTUP_SECONDS = 180
+CODE = "marin_pipelines.definitions"  # the module the webserver loads, and so its code location's name
 CHROMIUM = "chromium"  # Debian's package; a page is drawn once its queries have answered (virtual time)
-WINDOW = (1440, 1000)
+WINDOW = (1440, 1400)
+COLOURS = 128  # a page is flat colours: a palette of these keeps a picture a third of its size
 DRAW_MS = 25_000  # virtual time a page gets to load its data and draw
 PICTURED = {
     "comparison": "",
@@ -123,11 +127,13 @@ def what_the_ui_shows(url: str, experiment: Any) -> UIView:
 
 
 def take_pictures(url: str, experiment: Any, folder: Path) -> list[Path]:
-    """PNGs of what a user opens for ``experiment``: its asset graph, then each pictured step's page (its
-    latest materialisation's metadata; a ladder's partitions), then the leaderboard."""
+    """PNGs of what a user opens for ``experiment``: the lineage of every group, its own groups' graphs,
+    then each pictured step's page (its latest materialisation's metadata; a ladder's partitions), then the
+    leaderboard."""
     base = url.removesuffix("/graphql")
-    tag = f"tag%3A%22marin%2Fexperiment.{experiment.name}%22"  # the graph filtered to its steps
-    pages = {f"{experiment.name}-graph": f"/asset-groups?asset-selection={tag}"}
+    groups = sorted({step.name.split("/")[0] for step in experiment.steps})
+    pages = {"lineage": "/asset-groups"}
+    pages |= {f"{group}-graph": f"/locations/{CODE}/asset-groups/{group}" for group in groups}
     for step in experiment.all_steps:
         if (view := PICTURED.get(step.stage.name)) is not None:
             pages[step.name.replace("/", "-")] = f"/assets/{step.name}{view}"
@@ -142,6 +148,8 @@ def take_pictures(url: str, experiment: Any, folder: Path) -> list[Path]:
              f"--screenshot={out}", base + path],
             check=True, capture_output=True, timeout=300,
         )  # fmt: skip
+        picture = Image.open(out).convert("RGB")
+        picture.quantize(colors=COLOURS, method=Image.Quantize.MEDIANCUT).save(out, optimize=True)
         taken.append(out)
         print(f"  {out}: {path}", file=sys.stderr)
     return taken
@@ -160,7 +168,7 @@ def main() -> int:
 
     experiment = discover_experiments()[args.experiment]
     env = {**os.environ, "DAGSTER_HOME": os.environ.get("DAGSTER_HOME") or str(Path.cwd())}
-    with webserver(["-m", "marin_pipelines.definitions"], env) as url:
+    with webserver(["-m", CODE], env) as url:
         view = what_the_ui_shows(url, experiment)
         if args.pictures:
             take_pictures(url, experiment, args.pictures)
