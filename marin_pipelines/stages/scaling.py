@@ -316,18 +316,23 @@ def prediction_record(predicted: Forecast) -> dict[str, Any]:
 
 
 def trust_table(predicted: Forecast) -> str:
-    """Markdown, written before the target runs, narrow enough for the asset page: how far each level's
-    interval reaches below and above the forecast, and what each source adds on each side (the intervals
-    themselves are the entries above it)."""
-    rows = ["| level | reach | noise | floor | form |", "|---|---|---|---|---|"]
+    """Markdown, written before the target runs, narrow enough for the asset page's value column: a column
+    per level, how far its interval reaches below and above the forecast, then what each source adds on each
+    side (the intervals themselves are the entries above it)."""
+    levels = predicted.by_percent
 
     def pair(below: float, above: float) -> str:
         return f"-{100 * below:.1f}/+{100 * above:.1f}%"
 
-    for key, i in predicted.by_percent.items():
-        reach = pair(1 - i.low / predicted.loss, i.high / predicted.loss - 1)
-        rows.append(f"| {key}% | {reach} | {pair(*i.noise)} | {pair(*i.floor)} | {pair(*i.form)} |")
-    return "\n".join(rows)
+    rows = {
+        "reach": [pair(1 - i.low / predicted.loss, i.high / predicted.loss - 1) for i in levels.values()],
+        "noise": [pair(*i.noise) for i in levels.values()],
+        "floor": [pair(*i.floor) for i in levels.values()],
+        "form": [pair(*i.form) for i in levels.values()],
+    }
+    lines = ["| | " + " | ".join(f"{key}%" for key in levels) + " |", "|---" * (len(levels) + 1) + "|"]
+    lines += [f"| {name} | " + " | ".join(cells) + " |" for name, cells in rows.items()]
+    return "\n".join(lines)
 
 
 def isoflop_plots(

@@ -68,10 +68,10 @@ def test_the_forecast_page_shows_each_interval_once_and_rounded(tmp_path):
         assert digits(x) <= (3 if "flops" in name or name == "budget" else 4), (name, x)
     assert page["wall_seconds"] == 12.3
     trust = page["trust"].value.splitlines()
-    assert len(trust) == 4 and all(len(row) <= 64 for row in trust), trust  # whole on the page
+    assert len(trust) == 6 and all(len(row) <= 40 for row in trust), trust  # whole in the value column
     low, high = predicted.loss_interval
     reach = f"-{100 * (1 - low / predicted.loss):.1f}/+{100 * (high / predicted.loss - 1):.1f}%"
-    assert trust[3].startswith(f"| 95% | {reach} |")  # the interval itself is interval_95, above
+    assert trust[0] == "| | 80% | 95% |" and trust[2].endswith(f"| {reach} |")  # 95%: interval_95's reach
 
 
 def test_a_runs_page_opens_with_its_figures_and_loss_curve_and_ends_with_its_layout(tmp_path):
