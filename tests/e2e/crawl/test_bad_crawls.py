@@ -129,12 +129,14 @@ def test_50_mb_records_among_pages_are_counted_too_large_in_bounded_memory(tmp_p
             *pages(3, start=3),
         ],
     )
+    # the peak of this process's own memory (VmHWM): ru_maxrss would carry over the peak of the process that
+    # forked it (an xdist worker holding fixtures), which Linux keeps across exec
     script = f"""
-import json, resource
+import json, re
 from marin_pipelines.process_crawl import process_crawl
 funnels = process_crawl([{str(warc)!r}], {str(tmp_path / "out")!r})
-print(json.dumps({{"funnels": funnels,
-                  "max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}}))
+peak = int(re.search(r"VmHWM:\\s+(\\d+) kB", open("/proc/self/status").read())[1])
+print(json.dumps({{"funnels": funnels, "max_rss_mb": peak / 1024}}))
 """
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
     result = json.loads(done.stdout.strip().splitlines()[-1])
