@@ -167,12 +167,18 @@ class DelphiRecipe(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    name: Literal["delphi"] = "delphi"
+    name: Literal["delphi"] = Field(
+        default="delphi", description="recipe name, the discriminator of a recipe field: delphi"
+    )
     # Shape. head_dim 16 as in the presets up to d_model 128 (nano, micro, tiny): at 1e11 FLOPs and a 4k
     # vocab the LM head alone costs 6 x 4096 x d_model FLOPs a token, so 20 tokens/param needs d_model ~16.
     head_dim: int = Field(default=16, gt=0, multiple_of=2, description="d_model / n_heads, even for RoPE")
     aspect_ratio: float = Field(default=32.0, gt=0, description="d_model / n_layers (presets mini..150m)")
-    min_layers: int = Field(default=2, gt=0)
+    min_layers: int = Field(
+        default=2,
+        gt=0,
+        description="fewest layers of a shape (n_layers = d_model / aspect_ratio, at least this)",
+    )
     max_d_model: int = Field(default=4096, gt=0, description="largest width searched")
     kv_group: int = Field(
         default=1,
@@ -181,8 +187,12 @@ class DelphiRecipe(BaseModel):
         "saving (the KV cache) is nothing at these sizes, and params then grow strictly with width",
     )
     ffn_ratio: float = Field(default=8 / 3, gt=0, description="SwiGLU d_ff / d_model (Llama)")
-    ffn_multiple: int = Field(default=32, gt=0)
-    qk_norm: bool = False
+    ffn_multiple: int = Field(
+        default=32, gt=0, description="d_ff is rounded up to a multiple of this (Llama)"
+    )
+    qk_norm: bool = Field(
+        default=False, description="RMSNorm on each head's queries and keys, in every shape"
+    )
     moe: MoEConfig | None = Field(
         default=None,
         description="mixture-of-experts MLPs on every shape (experts of the shape's d_ff unless moe.d_ff); "
@@ -196,29 +206,53 @@ class DelphiRecipe(BaseModel):
         "worth less: on CPU ladders at 2e11-1.6e12 FLOPs 256 steps gave batches 4-8x the best measured "
         "(README, 'Why 2048 steps'), and scaling_forecast holds 2048",
     )
-    min_batch_size: int = Field(default=4, gt=0)
-    max_batch_size: int = Field(default=1024, gt=0)
+    min_batch_size: int = Field(default=4, gt=0, description="fewest sequences per step the batch rule gives")
+    max_batch_size: int = Field(
+        default=1024, gt=0, description="most sequences per step the batch rule gives"
+    )
     min_steps: int = Field(default=20, gt=0, description="fewer: the budget is too small for the recipe")
     # Learning rate.
     learning_rate: float = Field(default=3e-3, gt=0, description="peak LR at the reference point")
-    reference_d_model: int = Field(default=64, gt=0)
-    reference_batch_tokens: int = Field(default=16 * 128, gt=0)
+    reference_d_model: int = Field(
+        default=64,
+        gt=0,
+        description="width at which the peak LR is learning_rate (reference of the width scaling)",
+    )
+    reference_batch_tokens: int = Field(
+        default=16 * 128,
+        gt=0,
+        description="tokens per step at which the peak LR is learning_rate (reference of the batch scaling)",
+    )
     reference_tokens: float = Field(default=2.0**18, gt=0, description="T0 of the token-horizon correction")
     width_exponent: float = Field(default=1.0, ge=0, description="LR ~ (reference_d_model / d_model)^this")
     batch_exponent: float = Field(default=0.5, ge=0, description="LR ~ (batch tokens / reference)^this")
     horizon_exponent: float = Field(default=0.3, ge=0, description="LR ~ (T0 / T)^this (Delphi)")
-    max_learning_rate: float = Field(default=2e-2, gt=0)
+    max_learning_rate: float = Field(default=2e-2, gt=0, description="cap on the scaled peak LR")
     # Adam.
-    optimizer: Optimizer = "adamw"
-    beta1: float = Field(default=0.9, ge=0, lt=1)
+    optimizer: Optimizer = Field(
+        default="adamw", description="optimizer of the runs (TrainConfig.optimizer): adamw, adamh or muon"
+    )
+    beta1: float = Field(default=0.9, ge=0, lt=1, description="Adam's beta1 of every run")
     half_life_tokens: float = Field(default=2.0**19, gt=0, description="beta2's EMA half-life in tokens")
-    min_beta2: float = Field(default=0.9, gt=0, lt=1)
-    max_beta2: float = Field(default=0.9999, gt=0, lt=1)
-    weight_decay: float = Field(default=0.1, ge=0)
+    min_beta2: float = Field(
+        default=0.9, gt=0, lt=1, description="lower clip of beta2 from the half-life rule"
+    )
+    max_beta2: float = Field(
+        default=0.9999, gt=0, lt=1, description="upper clip of beta2 from the half-life rule"
+    )
+    weight_decay: float = Field(
+        default=0.1, ge=0, description="weight decay of every run (TrainConfig.weight_decay)"
+    )
     # Schedule: WSD.
-    warmup_fraction: float = Field(default=0.1, ge=0, lt=0.5)
-    decay_fraction: float = Field(default=0.2, gt=0, le=0.5)
-    min_lr_ratio: float = Field(default=0.0, ge=0, le=1)
+    warmup_fraction: float = Field(
+        default=0.1, ge=0, lt=0.5, description="WSD: share of steps spent warming up"
+    )
+    decay_fraction: float = Field(
+        default=0.2, gt=0, le=0.5, description="WSD: share of steps spent decaying linearly"
+    )
+    min_lr_ratio: float = Field(
+        default=0.0, ge=0, le=1, description="LR at the end of the decay, as a fraction of the peak"
+    )
 
     @model_validator(mode="after")
     def _check_ranges(self) -> DelphiRecipe:
@@ -333,13 +367,32 @@ class ConstantRecipe(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    name: Literal["constant"] = "constant"
+    name: Literal["constant"] = Field(
+        default="constant", description="recipe name, the discriminator of a recipe field: constant"
+    )
     sizes: list[str] = Field(default=list(MODEL_SIZES), min_length=1, description="named sizes to pick from")
-    batch_size: int = Field(default=_LADDER["batch_size"].default, gt=0)
-    learning_rate: float = Field(default=_LADDER["learning_rate"].default, gt=0)
-    lr_rule: Literal["constant", "inverse_width"] = _LADDER["lr_rule"].default
-    reference_d_model: int = Field(default=_LADDER["reference_d_model"].default, gt=0)
-    warmup_fraction: float = Field(default=_LADDER["warmup_fraction"].default, ge=0, lt=1)
+    batch_size: int = Field(
+        default=_LADDER["batch_size"].default,
+        gt=0,
+        description="sequences per step of every run (LadderConfig.batch_size)",
+    )
+    learning_rate: float = Field(
+        default=_LADDER["learning_rate"].default,
+        gt=0,
+        description="peak LR (at reference_d_model under inverse_width)",
+    )
+    lr_rule: Literal["constant", "inverse_width"] = Field(
+        default=_LADDER["lr_rule"].default,
+        description="constant: learning_rate at every size; inverse_width: LR x reference_d_model / d_model",
+    )
+    reference_d_model: int = Field(
+        default=_LADDER["reference_d_model"].default,
+        gt=0,
+        description="width at which inverse_width gives learning_rate",
+    )
+    warmup_fraction: float = Field(
+        default=_LADDER["warmup_fraction"].default, ge=0, lt=1, description="share of steps spent warming up"
+    )
 
     def ladder(self, size: str, budget: float) -> LadderConfig:
         """The one-rung ladder whose ``run`` this recipe is."""

@@ -55,13 +55,21 @@ class TrainConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    steps: int = Field(default=300, gt=0)
-    batch_size: int = Field(default=16, gt=0)
-    learning_rate: float = Field(default=3e-3, gt=0)
-    lr_schedule: Literal["cosine", "wsd"] = "cosine"
-    warmup_steps: int = Field(default=30, ge=0)
+    steps: int = Field(default=300, gt=0, description="optimizer steps of the run")
+    batch_size: int = Field(default=16, gt=0, description="sequences per step")
+    learning_rate: float = Field(default=3e-3, gt=0, description="peak learning rate, reached after warmup")
+    lr_schedule: Literal["cosine", "wsd"] = Field(
+        default="cosine",
+        description="cosine: decays from the end of warmup; wsd: holds the peak, then decays linearly over "
+        "decay_fraction",
+    )
+    warmup_steps: int = Field(
+        default=30, ge=0, description="steps of linear warmup to the peak, at most steps"
+    )
     decay_fraction: float = Field(default=0.2, gt=0, le=1, description="wsd: share of steps spent decaying")
-    min_lr_ratio: float = Field(default=0.1, ge=0, le=1)
+    min_lr_ratio: float = Field(
+        default=0.1, ge=0, le=1, description="learning rate at the last step, as a fraction of the peak"
+    )
     optimizer: Literal["adamw", "adamh", "muon"] = Field(
         default="adamw",
         description="adamw: Adam with decoupled weight decay; adamh: Adam with every weight matrix held on "
@@ -81,15 +89,23 @@ class TrainConfig(BaseModel):
         description="adamh only: peak learning rate of plain Adam on the leaves off the spheres (norm "
         "scales, the MoE balance bias), on learning_rate's warmup and decay; Levanter's adam_lr and default",
     )
-    beta1: float = Field(default=0.9, ge=0, lt=1)
-    beta2: float = Field(default=0.95, ge=0, lt=1)
-    grad_clip: float = Field(default=1.0, gt=0)
+    beta1: float = Field(default=0.9, ge=0, lt=1, description="Adam's first-moment decay")
+    beta2: float = Field(default=0.95, ge=0, lt=1, description="Adam's second-moment decay")
+    grad_clip: float = Field(
+        default=1.0, gt=0, description="largest global gradient norm; larger gradients are scaled down to it"
+    )
     z_loss_weight: float = Field(default=0.0, ge=0, description="weight of mean logsumexp(logits)^2 (PaLM)")
     spike_window: int = Field(default=64, ge=0, description="losses in the spike window; 0: no spike skips")
     spike_sigma: float = Field(default=6.0, gt=0, description="skip when loss > window mean + sigma x std")
     max_consecutive_skips: int = Field(default=10, gt=0, description="stop the run after this many in a row")
-    seed: int = 0
-    log_every: int = Field(default=10, gt=0)
+    seed: int = Field(
+        default=0, description="seed of the parameter initialisation and of the run's random key"
+    )
+    log_every: int = Field(
+        default=10,
+        gt=0,
+        description="steps between progress-bar and log lines (metrics.jsonl has every step)",
+    )
     checkpoint_every: int = Field(default=100, gt=0, description="steps between (asynchronous) checkpoints")
     keep_last: int = Field(default=2, gt=0, description="most recent checkpoints kept")
     keep_every: int | None = Field(default=None, gt=0, description="also keep every checkpoint at k x this")
