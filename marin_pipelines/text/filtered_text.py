@@ -98,7 +98,7 @@ _ELLIPSES = ("...", "…")
 class _Rule(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    enabled: bool = True
+    enabled: bool = Field(True, description="run this rule family; False: it removes nothing")
 
 
 class LanguageRule(_Rule):
@@ -107,35 +107,81 @@ class LanguageRule(_Rule):
     0.5 is an out-of-place rank of 600: English prose scores 0.65-0.85, short snippets 0.5-0.6.
     """
 
-    languages: tuple[str, ...] = Field(("en",), min_length=1)
-    min_score: float = Field(0.5, ge=0.0, le=1.0)
+    languages: tuple[str, ...] = Field(
+        ("en",),
+        min_length=1,
+        description="languages kept: a document's lang (see extracted_text) must be one of them",
+    )
+    min_score: float = Field(
+        0.5, ge=0.0, le=1.0, description="least lang_score kept (resiliparse's score, 0-1)"
+    )
 
 
 class GopherQualityRule(_Rule):
     """Gopher (Rae et al. 2021, appendix A) document statistics; datatrove's defaults."""
 
-    min_words: int | None = Field(50, ge=0)
-    max_words: int | None = Field(100_000, ge=1)
-    min_mean_word_length: float | None = Field(3, ge=0)
-    max_mean_word_length: float | None = Field(10, ge=0)
-    max_symbol_word_ratio: float | None = Field(0.1, ge=0)
-    max_bullet_lines: float | None = Field(0.9, ge=0, le=1)
-    max_ellipsis_lines: float | None = Field(0.3, ge=0, le=1)
-    min_alpha_words: float | None = Field(0.8, ge=0, le=1)
-    min_stop_words: int | None = Field(2, ge=0)
+    min_words: int | None = Field(50, ge=0, description="fewest words; None: no minimum")
+    max_words: int | None = Field(100_000, ge=1, description="most words; None: no maximum")
+    min_mean_word_length: float | None = Field(
+        3, ge=0, description="least mean word length, in characters; None: off"
+    )
+    max_mean_word_length: float | None = Field(
+        10, ge=0, description="greatest mean word length, in characters; None: off"
+    )
+    max_symbol_word_ratio: float | None = Field(
+        0.1, ge=0, description="most hashes (heading markers aside), and most ellipses, per token; None: off"
+    )
+    max_bullet_lines: float | None = Field(
+        0.9, ge=0, le=1, description="greatest share of lines that start with a bullet (• or -); None: off"
+    )
+    max_ellipsis_lines: float | None = Field(
+        0.3, ge=0, le=1, description="greatest share of lines that end in an ellipsis; None: off"
+    )
+    min_alpha_words: float | None = Field(
+        0.8, ge=0, le=1, description="least share of words with a letter; None: off"
+    )
+    min_stop_words: int | None = Field(
+        2, ge=0, description="fewest distinct stop_words among the tokens; None: off"
+    )
     # a tuple, not a set: a set's order changes between processes, and with it the config's version hash
-    stop_words: tuple[str, ...] = ("the", "be", "to", "of", "and", "that", "have", "with")
+    stop_words: tuple[str, ...] = Field(
+        ("the", "be", "to", "of", "and", "that", "have", "with"),
+        description="the stop words min_stop_words counts (case-sensitive)",
+    )
 
 
 class GopherRepetitionRule(_Rule):
     """Gopher repetition: duplicated lines / paragraphs and word n-grams (Gopher table A1)."""
 
-    dup_line_frac: float | None = Field(0.3, ge=0, le=1)
-    dup_para_frac: float | None = Field(0.3, ge=0, le=1)
-    dup_line_char_frac: float | None = Field(0.2, ge=0, le=1)
-    dup_para_char_frac: float | None = Field(0.2, ge=0, le=1)
-    top_ngram_char_frac: dict[int, float] = {2: 0.2, 3: 0.18, 4: 0.16}
-    dup_ngram_char_frac: dict[int, float] = {5: 0.15, 6: 0.14, 7: 0.13, 8: 0.12, 9: 0.11, 10: 0.10}
+    dup_line_frac: float | None = Field(
+        0.3,
+        ge=0,
+        le=1,
+        description="greatest share of non-empty lines that repeat an earlier line; None: off",
+    )
+    dup_para_frac: float | None = Field(
+        0.3,
+        ge=0,
+        le=1,
+        description="greatest share of paragraphs that repeat an earlier paragraph; None: off",
+    )
+    dup_line_char_frac: float | None = Field(
+        0.2, ge=0, le=1, description="greatest share of the text's characters in repeated lines; None: off"
+    )
+    dup_para_char_frac: float | None = Field(
+        0.2,
+        ge=0,
+        le=1,
+        description="greatest share of the text's characters in repeated paragraphs; None: off",
+    )
+    top_ngram_char_frac: dict[int, float] = Field(
+        {2: 0.2, 3: 0.18, 4: 0.16},
+        description="n: greatest share of word characters covered by the most frequent repeated word n-gram",
+    )
+    dup_ngram_char_frac: dict[int, float] = Field(
+        {5: 0.15, 6: 0.14, 7: 0.13, 8: 0.12, 9: 0.11, 10: 0.10},
+        description="n: greatest share of word characters covered by word n-grams that repeat an earlier one",
+    )
 
 
 class C4Rule(_Rule):
@@ -148,26 +194,59 @@ class C4Rule(_Rule):
     nearly all its lines to it).
     """
 
-    filter_no_terminal_punct: bool = True
-    min_words_per_line: int | None = Field(3, ge=1)
-    max_word_length: int | None = Field(1000, ge=1)
-    remove_citations: bool = True
-    filter_javascript: bool = True
-    filter_policy: bool = True
-    filter_lorem_ipsum: bool = True
-    filter_curly_bracket: bool = True
-    min_sentences: int | None = Field(5, ge=1)
+    filter_no_terminal_punct: bool = Field(
+        True, description="drop lines that do not end in terminal punctuation (. ? ! \" ') or that end in ..."
+    )
+    min_words_per_line: int | None = Field(3, ge=1, description="drop lines of fewer words; None: off")
+    max_word_length: int | None = Field(
+        1000, ge=1, description="drop lines with a longer word, in characters; None: off"
+    )
+    remove_citations: bool = Field(
+        True, description="strip citation marks ([1], [edit], [citation needed]) from lines"
+    )
+    filter_javascript: bool = Field(True, description="drop lines that mention javascript")
+    filter_policy: bool = Field(
+        True, description="drop lines that mention a cookie, privacy or terms-of-use policy"
+    )
+    filter_lorem_ipsum: bool = Field(True, description='remove documents with "lorem ipsum" in a kept line')
+    filter_curly_bracket: bool = Field(
+        True, description="remove documents with a curly bracket in a kept line"
+    )
+    min_sentences: int | None = Field(
+        5, ge=1, description="remove documents whose kept lines have fewer sentences; None: off"
+    )
 
 
 class FineWebRule(_Rule):
     """FineWeb's own three rules (Penedo et al. 2024) plus its list-page rule; datatrove defaults."""
 
-    line_punct_thr: float | None = Field(0.12, ge=0, le=1)
-    line_punct_exclude_zero: bool = False
-    short_line_thr: float | None = Field(0.67, ge=0, le=1)
-    short_line_length: int = Field(30, ge=1)
-    char_duplicates_ratio: float | None = Field(0.01, ge=0, le=1)
-    new_line_ratio: float | None = Field(0.3, ge=0)
+    line_punct_thr: float | None = Field(
+        0.12,
+        ge=0,
+        le=1,
+        description="least share of non-empty lines that end in a sentence terminal; None: off",
+    )
+    line_punct_exclude_zero: bool = Field(
+        False, description="spare documents where no line ends in a sentence terminal from line_punct_thr"
+    )
+    short_line_thr: float | None = Field(
+        0.67,
+        ge=0,
+        le=1,
+        description="greatest share of non-empty lines of at most short_line_length characters; None: off",
+    )
+    short_line_length: int = Field(30, ge=1, description="longest line, in characters, that counts as short")
+    char_duplicates_ratio: float | None = Field(
+        0.01,
+        ge=0,
+        le=1,
+        description="greatest share of characters (newlines aside) in repeated lines; None: off",
+    )
+    new_line_ratio: float | None = Field(
+        0.3,
+        ge=0,
+        description="most line breaks (between non-empty lines) per token, FineWeb's list_ratio; None: off",
+    )
 
 
 class FilterConfig(BaseModel):
@@ -175,11 +254,17 @@ class FilterConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    language: LanguageRule = LanguageRule()
-    gopher_repetition: GopherRepetitionRule = GopherRepetitionRule()
-    gopher_quality: GopherQualityRule = GopherQualityRule()
-    c4: C4Rule = C4Rule()
-    fineweb: FineWebRule = FineWebRule()
+    language: LanguageRule = Field(LanguageRule(), description="language rule, run first")
+    gopher_repetition: GopherRepetitionRule = Field(
+        GopherRepetitionRule(), description="Gopher repetition rules, run second"
+    )
+    gopher_quality: GopherQualityRule = Field(
+        GopherQualityRule(), description="Gopher quality rules, run third"
+    )
+    c4: C4Rule = Field(
+        C4Rule(), description="C4 line and document rules, run fourth; they may rewrite the text"
+    )
+    fineweb: FineWebRule = Field(FineWebRule(), description="FineWeb rules, run last")
 
 
 def filter_text(docs: Iterable[Document], config: FilterConfig | None = None) -> Iterator[Decision]:
