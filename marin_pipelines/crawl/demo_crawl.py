@@ -46,14 +46,29 @@ class DemoCrawlConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    seed: int = Field(0, ge=0)
-    n_files: int = Field(4, ge=1, le=64)
-    pydoc_modules: tuple[str, ...] = CURATED_MODULES
-    exact_duplicates: int = Field(8, ge=0)
-    near_duplicates: int = Field(8, ge=0)
-    spam_pages: int = Field(5, ge=0)
-    gibberish_pages: int = Field(5, ge=0)
-    boilerplate_pages: int = Field(6, ge=0)
+    seed: int = Field(
+        0,
+        ge=0,
+        description="seed of the page order, the sampled and perturbed pages, and the WARCs' dates and ids",
+    )
+    n_files: int = Field(4, ge=1, le=64, description="gzipped WARC files the pages are dealt over")
+    pydoc_modules: tuple[str, ...] = Field(
+        CURATED_MODULES,
+        description="standard-library modules rendered as docs and raw pydoc pages, from the curated list",
+    )
+    exact_duplicates: int = Field(
+        8, ge=0, description="prose pages repeated byte for byte under another URL (at most the prose pages)"
+    )
+    near_duplicates: int = Field(
+        8, ge=0, description="prose pages perturbed and served from a mirror site (at most the prose pages)"
+    )
+    spam_pages: int = Field(5, ge=0, description="keyword-stuffing pages (Gopher repetition territory)")
+    gibberish_pages: int = Field(
+        5, ge=0, description="pages of random letters in the shape of prose (language id rejects them)"
+    )
+    boilerplate_pages: int = Field(
+        6, ge=0, description="pages of navigation, login forms and cookie settings with no article"
+    )
 
     @field_validator("pydoc_modules")
     @classmethod

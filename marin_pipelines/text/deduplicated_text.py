@@ -65,12 +65,20 @@ class DedupConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    exact_paragraphs: bool = True
-    fuzzy: bool = True
-    ngram: int = Field(5, ge=1)
-    bands: int = Field(20, ge=1)
-    rows: int = Field(8, ge=1)
-    seed: int = Field(1, ge=0)
+    exact_paragraphs: bool = Field(
+        True, description="drop lines (paragraphs) already seen in an earlier document"
+    )
+    fuzzy: bool = Field(True, description="drop near duplicates of an earlier kept document (MinHash LSH)")
+    ngram: int = Field(5, ge=1, description="words per shingle of the MinHash signature")
+    bands: int = Field(
+        20, ge=1, description="LSH bands: a document sharing any band with an earlier one is a near duplicate"
+    )
+    rows: int = Field(8, ge=1, description="MinHash values per band")
+    seed: int = Field(
+        1,
+        ge=0,
+        description="seed of the MinHash hash functions (fixes signatures and band keys across snapshots)",
+    )
     partitions: int = Field(
         4,
         ge=1,

@@ -52,7 +52,7 @@ import re
 import unicodedata
 from collections.abc import Iterable, Iterator
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 from resiliparse.extract.html2text import extract_plain_text
 from resiliparse.parse.encoding import bytes_to_str, detect_encoding, map_encoding_to_html5
 from resiliparse.parse.html import HTMLTree, NodeType
@@ -119,14 +119,21 @@ class ExtractConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    main_content: bool = True
-    markdown: bool = True
-    alt_texts: bool = False
-    links: bool = False
-    form_fields: bool = False
-    noscript: bool = False
-    comments: bool = False
-    skip_elements: tuple[str, ...] = ()
+    main_content: bool = Field(
+        True, description="keep the article and drop page furniture; False: render the whole page"
+    )
+    markdown: bool = Field(
+        True,
+        description="write headings as # and list items as - / 1.; False: the same blocks as plain lines",
+    )
+    alt_texts: bool = Field(False, description="render images' alt texts (resiliparse)")
+    links: bool = Field(False, description="render link targets (resiliparse)")
+    form_fields: bool = Field(False, description="render form fields (resiliparse)")
+    noscript: bool = Field(False, description="render noscript fallbacks (resiliparse)")
+    comments: bool = Field(False, description="render comment sections (resiliparse)")
+    skip_elements: tuple[str, ...] = Field(
+        (), description="CSS selectors of site-specific boilerplate, removed before anything else"
+    )
 
 
 def extract_text(docs: Iterable[Document], config: ExtractConfig | None = None) -> Iterator[Decision]:
