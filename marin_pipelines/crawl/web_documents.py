@@ -60,9 +60,18 @@ class WebDocumentsConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    max_record_bytes: int = Field(10_000_000, gt=0)
+    max_record_bytes: int = Field(
+        10_000_000,
+        gt=0,
+        description="largest record read, in bytes; a larger one is removed as too_large (bounds memory "
+        "per record)",
+    )
     shard_docs: int = Field(1_000, gt=0, description="documents per output shard: the unit of parallelism")
-    content_types: tuple[str, ...] = Field(("text/html", "application/xhtml+xml"), min_length=1)
+    content_types: tuple[str, ...] = Field(
+        ("text/html", "application/xhtml+xml"),
+        min_length=1,
+        description="MIME types read as HTML; a capture of any other is not_html",
+    )
 
     @field_validator("content_types")
     @classmethod

@@ -55,8 +55,8 @@ class LabelScale(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    min: int = 0
-    max: int = 5
+    min: int = Field(0, description="lowest label")
+    max: int = Field(5, description="highest label")
     keep: int = Field(3, description="labels >= keep are positives for the classifier")
 
     @model_validator(mode="after")
@@ -78,7 +78,9 @@ class DatashopConfig(BaseModel):
 
     rubric: str = Field(description=f"the prompt; {DOCUMENT_SLOT} is replaced by the document's text")
     sample_size: int = Field(500, ge=4, description="crawl documents sampled for labelling")
-    scale: LabelScale = LabelScale()
+    scale: LabelScale = Field(
+        LabelScale(), description="the integer labels min..max, and keep: the least label of a positive"
+    )
     annotator: str = Field(
         SIMILARITY,
         min_length=1,

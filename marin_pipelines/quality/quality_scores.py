@@ -109,8 +109,8 @@ class QualityConfig(BaseModel):
     )
     word_ngrams: int = Field(2, ge=1, le=5, description="fastText wordNgrams")
     dim: int = Field(64, ge=2, le=1024, description="fastText embedding dimension")
-    epoch: int = Field(10, ge=1, le=1000)
-    lr: float = Field(0.1, gt=0, le=10)
+    epoch: int = Field(10, ge=1, le=1000, description="fastText training epochs")
+    lr: float = Field(0.1, gt=0, le=10, description="fastText learning rate")
     min_count: int = Field(1, ge=1, description="words rarer than this are ignored")
     bucket: int = Field(
         200_000, ge=1000, description="hash buckets for n-grams; the model file holds bucket x dim floats"

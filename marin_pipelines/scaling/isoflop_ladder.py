@@ -139,7 +139,7 @@ class IsoflopLadderConfig(BaseModel):
     vocab_size: int = Field(
         gt=0, description="the models' vocabulary: at least the tokenizer's (a BPE may stop short of its own)"
     )
-    seq_len: int = Field(128, ge=8)
+    seq_len: int = Field(128, ge=8, description="the models' sequence length, in tokens")
     target_budget: float | None = Field(None, gt=0, description="the run forecast, then trained")
     bootstrap: int = Field(200, ge=0, description="bootstrap resamples for the forecast's intervals")
     seed: int = Field(0, description="seeds the bootstrap")

@@ -48,7 +48,9 @@ class CrawlConfig(BaseModel):
         description="folder or gs:// prefix of snapshot folders (or of WARC/ARC files: one snapshot); "
         "None builds the demo crawl",
     )
-    demo: DemoCrawlConfig = DemoCrawlConfig()
+    demo: DemoCrawlConfig = Field(
+        DemoCrawlConfig(), description="what the demo crawl contains, when warc_root is None"
+    )
 
     def snapshots(self, strict: bool = False) -> list[str]:
         """The crawl's snapshot keys, read from the crawl root now. An unreadable root gives [] (loading
@@ -95,8 +97,8 @@ class ListedFiles(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    files: list[str]
-    snapshot: str = "cli"
+    files: list[str] = Field(description="the WARC files, paths or URLs, named one by one")
+    snapshot: str = Field("cli", description="the snapshot key the files are processed as")
 
     def snapshots(self, strict: bool = False) -> list[str]:
         return [self.snapshot]

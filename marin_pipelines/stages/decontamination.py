@@ -34,7 +34,10 @@ class DecontaminateConfig(BaseModel):
     against: list[str] = Field(
         min_length=1, description="lm-eval task names or YAMLs, .txt (an item a line) and .jsonl files"
     )
-    decontamination: DecontaminationConfig = DecontaminationConfig()
+    decontamination: DecontaminationConfig = Field(
+        DecontaminationConfig(),
+        description="shared n-gram length, prompt matching, and what becomes of a contaminated document",
+    )
 
 
 def against_content(config: DecontaminateConfig) -> Any:

@@ -48,7 +48,7 @@ class EvalStepConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     evals: EvalConfig = Field(EvalConfig(), description="held-out bits-per-byte sets and lm-eval tasks")
-    batch_size: int = Field(EVAL_BATCH_SIZE, ge=1)
+    batch_size: int = Field(EVAL_BATCH_SIZE, ge=1, description="sequences per forward pass of an evaluation")
 
 
 def heldout_content(config: EvalStepConfig) -> Any:
@@ -216,7 +216,7 @@ class StandardEvalConfig(BaseModel):
 
     checkpoint: str = Field(description="the run folder, a path or URL: a step's output or a command's --out")
     tasks: list[str] = Field(default_factory=lambda: list(STANDARD_TASKS), description="lm-eval tasks")
-    batch_size: int = Field(EVAL_BATCH_SIZE, ge=1)
+    batch_size: int = Field(EVAL_BATCH_SIZE, ge=1, description="sequences per forward pass of an evaluation")
 
 
 def run_content(config: StandardEvalConfig) -> str:
@@ -281,7 +281,11 @@ class CompareConfig(BaseModel):
     variants: list[str] = Field(
         min_length=2, description="labels; inputs are LABEL_eval and LABEL_checkpoint"
     )
-    hypothesis: str = ""
+    hypothesis: str = Field(
+        "",
+        description="what the experiment tests, in words, shown with the verdict; a band it states "
+        "('within 1%') must be tolerance",
+    )
     metrics: list[str] = Field(
         default_factory=list,
         description="the table's scores the hypothesis is about (the first decides 'best'), e.g. "

@@ -62,7 +62,9 @@ class SpeedrunConfig(BaseModel):
     submissions: list[str] = Field(
         default_factory=list, description="speedrun submissions (names under experiments/speedrun/) to run"
     )
-    eval_batch_size: int = Field(EVAL_BATCH_SIZE, ge=1)
+    eval_batch_size: int = Field(
+        EVAL_BATCH_SIZE, ge=1, description="sequences per forward pass of each run's evaluation"
+    )
 
     @field_validator("submissions")
     @classmethod
@@ -139,9 +141,12 @@ class IsoflopForecastConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    target: TrainRunConfig
+    target: TrainRunConfig = Field(
+        description="the run forecast, the very config its checkpoint step trains with: an IsoFLOP ladder's "
+        "target (a recipe and target_budget)"
+    )
     bootstrap: int = Field(200, ge=0, description="bootstrap resamples for the forecast's intervals")
-    seed: int = 0
+    seed: int = Field(0, description="seed of the bootstrap resamples")
     downstream: list[str] = Field(
         default_factory=list, description='evaluation scores forecast from the loss, e.g. "bpb/stdlib"'
     )

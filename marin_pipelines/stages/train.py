@@ -30,7 +30,7 @@ class ModelChoice(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     size: str = Field("micro", description="a name from MODEL_SIZES")
-    seq_len: int = Field(128, ge=8)
+    seq_len: int = Field(128, ge=8, description="the model's sequence length, in tokens")
     qk_norm: bool = Field(False, description="RMSNorm on each head's queries and keys")
     moe: MoEConfig | None = Field(None, description="mixture-of-experts MLPs (train/moe.py); None: dense")
 
@@ -53,12 +53,20 @@ class TrainRunConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    model: ModelChoice = ModelChoice()
-    train: TrainConfig = TrainConfig()
+    model: ModelChoice = Field(ModelChoice(), description="the model by named size; unused with target")
+    train: TrainConfig = Field(
+        TrainConfig(),
+        description="optimisation, checkpointing and the rest of the run; with target, what the recipe "
+        "leaves (seed, logging...)",
+    )
     data_mixture: MixtureConfig = Field(
         MixtureConfig(), description="token caches and their weights in every training batch, by stage"
     )
-    target: dict[str, Any] | None = None
+    target: dict[str, Any] | None = Field(
+        None,
+        description="an IsoFLOP ladder's target() (its recipe and target_budget): the recipe decides shape "
+        "and training; None: model and train",
+    )
     warm_start_optimizer: bool = Field(
         True,
         description="with a warm_start input (another checkpoint): load its optimiser state where it "
@@ -121,11 +129,15 @@ class IsoflopRunsConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    ladder: IsoflopLadderConfig
+    ladder: IsoflopLadderConfig = Field(
+        description="the recipe, budgets, sizes per budget and seeds per size whose runs are the rungs"
+    )
     train: TrainConfig = Field(
         TrainConfig(), description="what the recipe leaves (logging, checkpoints, max_epochs); seeds per rung"
     )
-    data_mixture: MixtureConfig = MixtureConfig()
+    data_mixture: MixtureConfig = Field(
+        MixtureConfig(), description="token caches and their weights in every training batch, by stage"
+    )
 
 
 def check_vocabulary(vocab_size: int, model: LlamaConfig) -> None:
