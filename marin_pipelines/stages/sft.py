@@ -77,7 +77,11 @@ class SFTRunConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    train: TrainConfig = TrainConfig(**run_files.SFT_DEFAULTS)
+    train: TrainConfig = Field(
+        TrainConfig(**run_files.SFT_DEFAULTS),
+        description="the fine-tune's training; by default a short run from a trained model: 100 steps, peak "
+        "LR 1e-3, 10 warmup steps",
+    )
     chat_template: str = Field(DEFAULT_TEMPLATE, description="Jinja, as in tokenizer_config.json")
 
 

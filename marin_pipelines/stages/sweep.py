@@ -53,7 +53,7 @@ class SweepStepConfig(BaseModel):
     space: dict[str, Any] = Field(
         description="dotted fields of the run config -> {low, high, log, step, int, grid} or [choices]"
     )
-    settings: SweepSettings
+    settings: SweepSettings = Field(description="the search: trials, sampler, pruner, metric and seed")
 
     @model_validator(mode="after")
     def _space_over_the_base(self) -> SweepStepConfig:

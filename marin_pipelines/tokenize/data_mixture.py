@@ -58,7 +58,9 @@ class MixtureConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     sources: dict[str, MixtureSource] = Field(
-        default_factory=lambda: {"main": MixtureSource(weight=1.0)}, min_length=1
+        default_factory=lambda: {"main": MixtureSource(weight=1.0)},
+        min_length=1,
+        description="token caches by name, each with its relative weight in every batch",
     )
     stages: list[MixtureStage] = Field(
         default_factory=list,

@@ -39,13 +39,19 @@ TRAIN_FILE, HELDOUT_FILE = "train.jsonl", "heldout.jsonl"
 class DemoChatConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    modules: tuple[str, ...] = CURATED_MODULES
+    modules: tuple[str, ...] = Field(
+        CURATED_MODULES,
+        description="standard-library modules whose documented names the conversations ask about",
+    )
     answer_words: int = Field(40, gt=0, description="answers stop after the sentence that passes this")
     heldout_fraction: float = Field(
         0.1, gt=0, lt=1, description="share of modules whose questions are held out"
     )
     train_conversations: int = Field(400, gt=0, description="at most this many, sampled in order")
-    seed: int = 0
+    seed: int = Field(
+        0,
+        description="seeds the held-out modules, the questions' wording and the training conversations kept",
+    )
 
 
 def demo_conversations(config: DemoChatConfig) -> dict[str, list[dict[str, Any]]]:
