@@ -56,7 +56,7 @@ docs-serve: docs
 
 lint: install
 	$(VENV)/bin/ruff check marin_pipelines tests bench docs
-	$(VENV)/bin/ruff format --check marin_pipelines tests bench docs
+	$(VENV)/bin/ruff format --check marin_pipelines tests bench docs/*.py
 
 clean:
 	rm -rf .marin
