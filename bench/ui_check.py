@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -164,6 +165,8 @@ def main() -> int:
         "--pictures", type=Path, help="also take pictures of its pages (headless Chromium) here"
     )
     args = parser.parse_args()
+    if args.pictures and shutil.which(CHROMIUM) is None:  # said before the webserver starts
+        parser.error(f"--pictures needs {CHROMIUM!r} on PATH (Debian: apt-get install chromium)")
     from marin_pipelines.experiment import discover_experiments
 
     experiment = discover_experiments()[args.experiment]

@@ -89,8 +89,8 @@ def outcome(experiment: Experiment, store_root: str, run: ExperimentRun) -> Outc
     for stage, entry in HEADLINES.items():
         if steps := [s for s in experiment.steps if s.stage.name == stage]:
             artifact = ArtifactStore(store_root).get(steps[-1].key, steps[-1].version)
-            if artifact is not None:
-                text = artifact.metadata["markdown"][entry]
+            text = artifact and artifact.metadata.get("markdown", {}).get(entry)  # older outputs may lack it
+            if text:
                 figure, page = text.split("\n\n")[0].replace("**", ""), steps[-1].name
             break
     return Outcome(experiment.name, len(run.materialized) - run.reused, run.reused, figure, page)

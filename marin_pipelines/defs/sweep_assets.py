@@ -37,7 +37,7 @@ from dagster import (
     asset,
 )
 
-from marin_pipelines.defs.step_assets import EXPERIMENT_TAG, asset_in, slug
+from marin_pipelines.defs.step_assets import EXPERIMENT_TAG, asset_in, readable, slug
 from marin_pipelines.experiment import Experiment
 from marin_pipelines.stages.sweep import committed_rows, sweep_arguments, trial_curve
 from marin_pipelines.steps import InputError, Step
@@ -61,10 +61,10 @@ def trial_metadata(row: dict[str, Any]) -> dict[str, Any]:
     """A trial's row (``trial_table.trial_row`` with its ``folder``) as the UI's metadata."""
     metadata: dict[str, Any] = {
         "state": row["state"],
-        **({"value": float(f"{row['value']:.5g}")} if row.get("value") is not None else {}),
+        **({"value": readable(row["value"])} if row.get("value") is not None else {}),
         "params": MetadataValue.json(dict(row["params"] or {})),
         "steps": int(row["steps"] or 0),
-        "flops": float(f"{row['flops']:.5g}"),
+        "flops": readable(float(row["flops"] or 0), "flops"),
         **({"wall_seconds": round(row["wall_seconds"], 1)} if row.get("wall_seconds") is not None else {}),
         **({"error": MetadataValue.text(row["error"])} if row.get("error") else {}),
         **({"retried_as": trial_key(row["retried_as"])} if row.get("retried_as") is not None else {}),

@@ -45,11 +45,14 @@ from __future__ import annotations
 import re
 import string
 from collections.abc import Callable, Iterable, Iterator
+from typing import Annotated
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from marin_pipelines.documents import Decision, Document
+
+Share = Annotated[float | None, Field(ge=0, le=1)]  # a threshold on a fraction of a document; None: rule off
 
 _PARAGRAPH_BREAK = re.compile(r"\n\s*\n")
 _CITATION = re.compile(r"\[\d*]|\[edit]|\[citation needed]")
@@ -131,15 +134,13 @@ class GopherQualityRule(_Rule):
     max_symbol_word_ratio: float | None = Field(
         0.1, ge=0, description="most hashes (heading markers aside), and most ellipses, per token; None: off"
     )
-    max_bullet_lines: float | None = Field(
-        0.9, ge=0, le=1, description="greatest share of lines that start with a bullet (• or -); None: off"
+    max_bullet_lines: Share = Field(
+        0.9, description="greatest share of lines that start with a bullet (• or -); None: off"
     )
-    max_ellipsis_lines: float | None = Field(
-        0.3, ge=0, le=1, description="greatest share of lines that end in an ellipsis; None: off"
+    max_ellipsis_lines: Share = Field(
+        0.3, description="greatest share of lines that end in an ellipsis; None: off"
     )
-    min_alpha_words: float | None = Field(
-        0.8, ge=0, le=1, description="least share of words with a letter; None: off"
-    )
+    min_alpha_words: Share = Field(0.8, description="least share of words with a letter; None: off")
     min_stop_words: int | None = Field(
         2, ge=0, description="fewest distinct stop_words among the tokens; None: off"
     )
@@ -153,26 +154,17 @@ class GopherQualityRule(_Rule):
 class GopherRepetitionRule(_Rule):
     """Gopher repetition: duplicated lines / paragraphs and word n-grams (Gopher table A1)."""
 
-    dup_line_frac: float | None = Field(
-        0.3,
-        ge=0,
-        le=1,
-        description="greatest share of non-empty lines that repeat an earlier line; None: off",
+    dup_line_frac: Share = Field(
+        0.3, description="greatest share of non-empty lines that repeat an earlier line; None: off"
     )
-    dup_para_frac: float | None = Field(
-        0.3,
-        ge=0,
-        le=1,
-        description="greatest share of paragraphs that repeat an earlier paragraph; None: off",
+    dup_para_frac: Share = Field(
+        0.3, description="greatest share of paragraphs that repeat an earlier paragraph; None: off"
     )
-    dup_line_char_frac: float | None = Field(
-        0.2, ge=0, le=1, description="greatest share of the text's characters in repeated lines; None: off"
+    dup_line_char_frac: Share = Field(
+        0.2, description="greatest share of the text's characters in repeated lines; None: off"
     )
-    dup_para_char_frac: float | None = Field(
-        0.2,
-        ge=0,
-        le=1,
-        description="greatest share of the text's characters in repeated paragraphs; None: off",
+    dup_para_char_frac: Share = Field(
+        0.2, description="greatest share of the text's characters in repeated paragraphs; None: off"
     )
     top_ngram_char_frac: dict[int, float] = Field(
         {2: 0.2, 3: 0.18, 4: 0.16},
@@ -220,27 +212,19 @@ class C4Rule(_Rule):
 class FineWebRule(_Rule):
     """FineWeb's own three rules (Penedo et al. 2024) plus its list-page rule; datatrove defaults."""
 
-    line_punct_thr: float | None = Field(
-        0.12,
-        ge=0,
-        le=1,
-        description="least share of non-empty lines that end in a sentence terminal; None: off",
+    line_punct_thr: Share = Field(
+        0.12, description="least share of non-empty lines that end in a sentence terminal; None: off"
     )
     line_punct_exclude_zero: bool = Field(
         False, description="spare documents where no line ends in a sentence terminal from line_punct_thr"
     )
-    short_line_thr: float | None = Field(
+    short_line_thr: Share = Field(
         0.67,
-        ge=0,
-        le=1,
         description="greatest share of non-empty lines of at most short_line_length characters; None: off",
     )
     short_line_length: int = Field(30, ge=1, description="longest line, in characters, that counts as short")
-    char_duplicates_ratio: float | None = Field(
-        0.01,
-        ge=0,
-        le=1,
-        description="greatest share of characters (newlines aside) in repeated lines; None: off",
+    char_duplicates_ratio: Share = Field(
+        0.01, description="greatest share of characters (newlines aside) in repeated lines; None: off"
     )
     new_line_ratio: float | None = Field(
         0.3,

@@ -87,8 +87,9 @@ def test_each_trial_is_a_partition_reported_as_it_ends_and_the_summary_counts_th
     metadata = swept.artifact.metadata
     assert (metadata["complete"], metadata["pruned"], metadata["failed"]) == (2, 1, 0)
     assert (metadata["best_trial"], metadata["best_params"]["train.learning_rate"]) == (0, GOOD_LR)
-    assert metadata["best_value"] == pytest.approx(events["0000"][0]["value"], rel=1e-4)  # the UI: 5 digits
-    assert metadata["flops"] == pytest.approx(sum(e[0]["flops"] for e in events.values()), rel=1e-4)
+    assert metadata["best_value"] == pytest.approx(events["0000"][0]["value"], rel=1e-3)  # the UI: 4 digits
+    shown = sum(e[0]["flops"] for e in events.values())  # each trial's FLOPs shown to 3 digits
+    assert metadata["flops"] == pytest.approx(shown, rel=1e-2)
     [summary] = [
         values(e.materialization.metadata)
         for e in swept.result.get_asset_materialization_events()
