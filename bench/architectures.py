@@ -80,7 +80,7 @@ def row(name: str, seconds: float, mfu: float) -> str:
 def main() -> None:
     from marin_pipelines.train.throughput import measure_matmul_peak
 
-    peak = statistics.median(measure_matmul_peak.__wrapped__(1024, 5) for _ in range(3))
+    peak = statistics.median(measure_matmul_peak.__wrapped__(1024, 5)[0] for _ in range(3))
     print(f"host matmul peak {peak / 1e9:.1f} GFLOP/s; tiny preset, batch {BATCH} x {SEQ_LEN}, vocab {VOCAB}")
     print(f"{'arm':<20}{'s/step':>9}{'tokens/s':>10}{'MFU':>8}{'vs peer':>9}")
     measured = {}

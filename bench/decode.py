@@ -151,7 +151,7 @@ def measure_size(size: str, batches: list[int], settings: Settings, with_peer: b
                 for _ in range(settings.repeats):
                     measured = {
                         "bandwidth": copy_bandwidth(),
-                        "peak": measure_matmul_peak.__wrapped__(1024, 5, settings.dtype),
+                        "peak": measure_matmul_peak.__wrapped__(1024, 5, settings.dtype)[0],
                         **ours(),
                     }
                     if hf is not None:

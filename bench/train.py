@@ -35,7 +35,7 @@ def random_batches(batch_size: int, seq_len: int):
 
 def bench(size: str, seq_len: int, batch_size: int, steps: int) -> dict[str, float]:
     model = preset(size, VOCAB, seq_len)
-    peak = statistics.median(measure_matmul_peak.__wrapped__(1024, 5) for _ in range(3))
+    peak = statistics.median(measure_matmul_peak.__wrapped__(1024, 5)[0] for _ in range(3))
     config = TrainConfig(
         steps=steps,
         batch_size=batch_size,

@@ -202,9 +202,10 @@ def test_every_optimizer_places_dense_and_moe_models_on_model_and_expert_axes(pl
 def test_the_mfu_peak_is_the_meshs_in_the_runs_dtype(runs, placed):
     """Measured, every device of the mesh runs its own matmul chain at once, in the run's compute dtype (a
     bf16 run was measured against one device's float32 matmuls); configured, the per-device peak x the
-    devices. The summary says which."""
+    devices. The summary says which, the measured source read from the operand that was timed (its dtype
+    and its devices), so a measurement of one device in float32 cannot be reported as the mesh's."""
     peak = placed["peak"]
-    assert peak["source"] == "measured: bfloat16 matmuls on all 4 devices at once"
+    assert peak["source"] == "measured: bfloat16 1024x1024 matmuls on all 4 devices at once"
     assert peak["devices"] == [0, 1, 2, 3] and peak["block"] == [1, 64, 64] and peak["dtype"] == "bfloat16"
     configured = summary(runs / "data2_model2")
     assert configured["peak_flops"] == 4 * TRAIN.peak_flops
