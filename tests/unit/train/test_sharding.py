@@ -146,7 +146,8 @@ def test_a_checkpoint_resumes_on_another_layout(runs):
 
 def place_every_optimizer(root: str) -> None:
     """Places the whole training state of each optimiser on 4 devices, the dense model on data 2 x model 2
-    and the MoE on data 1 x expert 2 x model 2; then trains AdamH's MoE two steps there. Prints the specs
+    and the MoE on data 1 x expert 2 x model 2 (a dense model has no experts to put on an expert axis:
+    ``check_layout`` refuses one); then trains AdamH's MoE two steps there. Prints the specs
     of the MoE states' expert leaves and the run's mesh and losses."""
     specs = {}
     for optimizer in ("adamw", "adamh", "muon"):
