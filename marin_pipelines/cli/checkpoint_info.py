@@ -6,7 +6,6 @@ import argparse
 
 from marin_pipelines.cli import print_json
 
-
 # what the counts are, said where a person reads them
 PARAMS_COUNTED = (
     "params and active_params: total with embeddings (the token embedding and LM head); "
@@ -17,7 +16,8 @@ PARAMS_COUNTED = (
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "checkpoint-info",
-        help="step, parameter counts (total with embeddings, active, non-embedding) and sha256 of a training directory's checkpoint",
+        help="step, parameter counts (total with embeddings, active, non-embedding) and sha256 of a training "
+        "directory's checkpoint",
     )
     parser.add_argument("dir", help="a directory (or gs:// URL) written by `marin-pipelines train`")
     parser.add_argument("--step", type=int, help="which checkpoint (default: the latest)")
