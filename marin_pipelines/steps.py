@@ -162,6 +162,9 @@ class Stage:
     needs: tuple[str, ...] = ()  # resources the stage uses: "launcher", "annotator"
     fingerprint: Callable[[Any], Any] | None = None  # content the config points at, versioned too
     headline: tuple[str, ...] = ()  # the metadata a researcher looks at first: the UI shows these first
+    # metadata keys -> the names the UI shows them under, where a stored key alone would not say enough
+    # (``params``: counted with embeddings or without?); the manifest keeps the key
+    labels: Mapping[str, str] = field(default_factory=dict)
     # a stage that defines partitions: (config, strict) -> keys; strict raises on a source it cannot read
     partition_keys: Callable[[Any, bool], list[str]] | None = None
 

@@ -66,8 +66,8 @@ def serve(args: argparse.Namespace) -> int:
         template = "the run's" if run.chat_template else "the default"
         print(
             f"marin-pipelines serve: {args.run_dir} as model {name!r} on {url}\n"
-            f"  {config.num_params():,} parameters, vocabulary {config.vocab_size}, chat template: "
-            f"{template}\n"
+            f"  {config.num_params():,} parameters (total with embeddings), vocabulary {config.vocab_size}, "
+            f"chat template: {template}\n"
             f"  slots {engine.slots}, queue {args.max_waiting}, context {engine.max_len} tokens, "
             f"API key: {'from $' + args.api_key_env if api_key else 'none'}\n"
             "  routes: /v1/models /v1/completions /v1/chat/completions /health "

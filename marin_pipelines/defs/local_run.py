@@ -200,7 +200,7 @@ def _reuse_stored(
     label = step.name + (f" [{partition}]" if partition else "")
     of = f" of {artifact.same_as}" if artifact.same_as else ""
     log.info(f"{label}: reused version {step.version}{of} ({artifact.url}), no run needed")
-    metadata = dagster_metadata(artifact, True, step.stage.headline)
+    metadata = dagster_metadata(artifact, True, step.stage.headline, step.stage.labels)
     _record_in_instance(instance, step, partition, metadata)
     report.materialized.append(Materialized(step.name, partition, True, _plain(metadata)))
     report.checks += checks

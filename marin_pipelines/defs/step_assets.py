@@ -9,7 +9,7 @@ experiments that use the step.
 import base64
 import logging
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from dagster import (
@@ -216,7 +216,9 @@ def step_asset(
         # made earlier, by another run meanwhile, or under another step name (an alias, even in this run)
         reused = artifact.same_as is not None or artifact.manifest["made_by"] != ctx.made_by
         ctx.events("built", {"artifact": artifact, "reused": reused})
-        yield Output(artifact, metadata=dagster_metadata(artifact, reused, step.stage.headline))
+        yield Output(
+            artifact, metadata=dagster_metadata(artifact, reused, step.stage.headline, step.stage.labels)
+        )
         for name, check in stage.checks.items():
             passed, metadata = check.fn(artifact)
             severity = AssetCheckSeverity.ERROR if check.blocking else AssetCheckSeverity.WARN
@@ -229,13 +231,19 @@ def step_asset(
     return compute
 
 
-def dagster_metadata(artifact: Artifact, reused: bool, headline: tuple[str, ...] = ()) -> dict[str, Any]:
+def dagster_metadata(
+    artifact: Artifact,
+    reused: bool,
+    headline: tuple[str, ...] = (),
+    labels: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
     """Manifest -> UI metadata, which Dagster shows in insertion order. First what a reader looks for: the
     stage's ``headline`` entries and the funnel, then what is read rather than scanned (tables, verdicts,
     pictures) in the stage's order, then the other figures, then the large JSON blocks (a run's mesh and
     layouts), then where the output is and its size; for an alias, ``same_as`` names the step whose output
     it is (the path is that output's). Numbers are rounded for reading (``readable``): the manifest keeps
-    every digit."""
+    every digit. ``labels``: the names some keys are shown under (the stage's), e.g. ``params`` as
+    "params, total with embeddings"."""
     files = artifact.manifest["files"]
     read: dict[str, Any] = {}  # markdown and pictures
     figures: dict[str, Any] = {}
@@ -253,9 +261,10 @@ def dagster_metadata(artifact: Artifact, reused: bool, headline: tuple[str, ...]
             blocks[name] = MetadataValue.json(readable(value, name))
     out = {**read, **figures, **blocks}
     first = [key for key in (*headline, *FUNNEL_ENTRIES) if key in out]
+    shown = {**{key: out[key] for key in first}, **out}
+    labels = labels or {}
     return {
-        **{key: out[key] for key in first},
-        **out,
+        **{labels.get(key, key): value for key, value in shown.items()},
         "path": MetadataValue.path(artifact.url),
         "version": artifact.version,
         "reused": reused,

@@ -4,11 +4,12 @@ A researcher deciding whether z-loss or a quality filter helped should read one 
 WandB report. It opens with the answer: whether the hypothesis held (held, did not hold, or cannot tell,
 with the figures), judged on its claims (``Claim``: a variant better than, the same as or worse than
 another on the metrics the hypothesis is about) within a tolerance: the one the hypothesis states, else
-the spread the runs' seeds measured, else none, and then nothing is judged the same and the verdict cannot
-tell. Then each judged pair on each metric, the hypothesis, a markdown table (the best of the arms that
-spent the same FLOPs in bold), the training loss curves overlaid, each variant's loss minus its
-comparable baseline's, and the evaluation scores as bars. Everything is read from what the training and
-evaluation steps already wrote, so this step needs no accelerator.
+the spread the runs' seeds measured, else the band of a seed noise measured elsewhere (``SeedNoise``: the
+project's is ``MEASURED_SEED_NOISE``), said where it came from, else none, and then nothing is judged the
+same and the verdict cannot tell. Then each judged pair on each metric, the hypothesis, a markdown table
+(the best of the arms that spent the same FLOPs in bold), the training loss curves overlaid, each variant's
+loss minus its comparable baseline's, and the evaluation scores as bars. Everything is read from what the
+training and evaluation steps already wrote, so this step needs no accelerator.
 
 Parameter counts are non-embedding (N as Kaplan et al. and Chinchilla count it, as the project's recipes,
 ladders and forecasts do; at these sizes a 2k-row embedding is most of the total and would hide the
@@ -32,6 +33,7 @@ from matplotlib.figure import Figure
 from pydantic import ConfigDict
 from pydantic.dataclasses import dataclass as config_dataclass
 
+from marin_pipelines.scaling.seed_noise import SeedNoise
 from marin_pipelines.store import read_url
 from marin_pipelines.train.train_config import METRICS_FILE, TRAIN_FILE  # no JAX
 
@@ -44,6 +46,7 @@ SCORES_FILE = "scores.png"
 OWN_LOSS, OWN_BPB = "own-data validation loss", "own-data bits-per-byte"
 OWN_FLOPS, ALL_FLOPS = "FLOPs, this run's own", "FLOPs with its warm-start base's"
 NO_HYPOTHESIS = "(no hypothesis stated)"
+DECLARED = "the tolerance declared for the hypothesis"
 MISSING = "-"
 # arms whose FLOPs (a warm start's base's included) agree within 5% spent one budget: a recipe rounds its
 # steps and an MoE's router adds 0.1%, while the budgets one experiment compares differ 2x or more
@@ -162,6 +165,7 @@ def compare_variants(
     claims: Sequence[Claim] = (),
     tolerance: float | None = None,
     seeds: Mapping[str, Sequence[str]] | None = None,
+    noise: SeedNoise | None = None,
 ) -> dict[str, Any]:
     """Write ``comparison.json`` and the plots into ``out_dir``.
 
@@ -169,14 +173,15 @@ def compare_variants(
     named); the first decides ``best``. ``claims`` are the hypothesis's clauses, checked in order; without
     them each variant is set against the first and nothing is checked. ``tolerance``: the relative band the
     hypothesis states ("within 1%": 0.01); without it, each metric's is measured from ``seeds`` (an arm ->
-    the variants that are it with other seeds), where given. Returns metadata for the asset's manifest, in
+    the variants that are it with other seeds), where given; else the band of ``noise``, a seed noise
+    measured elsewhere. Returns metadata for the asset's manifest, in
     the order a reader wants it: ``markdown`` (``verdict``, ``hypothesis``, ``comparison``), ``best``,
     ``metric``, ``held`` and ``plots``. ``comparison.json`` holds every number.
     """
     if len(variants) < 2:
         raise ValueError(f"a comparison needs at least two variants, got {len(variants)}")
     labels = [v.label for v in variants]
-    check_plan(labels, hypothesis, metrics, claims, tolerance, seeds or {})
+    check_plan(labels, hypothesis, metrics, claims, tolerance, seeds or {}, noise)
     seeds = {arm: list(others) for arm, others in (seeds or {}).items()}
     replicates = {label for others in seeds.values() for label in others}
     out_dir = Path(out_dir)
@@ -190,7 +195,7 @@ def compare_variants(
         raise ValueError(f"comparison metrics {unknown} are not scores of these variants; they have {scores}")
     arms = [label for label in labels if label not in replicates]
     pairs = judged_pairs(arms, claims)
-    tolerances = {m: tolerance_of(by_metric[m], tolerance, seeds) for m in asked}
+    tolerances = {m: tolerance_of(by_metric[m], tolerance, seeds, noise) for m in asked}
     flops = by_metric[ALL_FLOPS if ALL_FLOPS in by_metric else OWN_FLOPS].values
     budgets = same_budgets(arms, flops)
     text, held = verdict(by_metric, asked, pairs, claims, tolerances)
@@ -244,10 +249,12 @@ def check_plan(
     claims: Sequence[Claim],
     tolerance: float | None,
     seeds: Mapping[str, Sequence[str]],
+    noise: SeedNoise | None = None,
 ) -> None:
     """What a comparison is asked to judge, checked before anything is read: unique labels; claims between
-    two different variants, on the metrics the comparison is about; each seed run of one arm; and a
-    tolerance that is the one the hypothesis states ("within 1%": 0.01), where it states one."""
+    two different variants, on the metrics the comparison is about; each seed run of one arm; a tolerance
+    that is the one the hypothesis states ("within 1%": 0.01), where it states one; and a seed noise
+    measured elsewhere only where no tolerance is declared (it would never be used)."""
     if duplicates := sorted({label for label in labels if list(labels).count(label) > 1}):
         raise ValueError(f"variant labels must be unique; repeated: {duplicates}")
     asked = list(metrics) or [OWN_LOSS]
@@ -271,6 +278,11 @@ def check_plan(
         raise ValueError(
             f"tolerance is {tolerance}, but the hypothesis states {said}: declare tolerance={stated[0]:g}"
         )
+    if tolerance is not None and noise is not None:
+        raise ValueError(
+            "declare a tolerance (the band the hypothesis states) or a seed noise measured elsewhere "
+            "(for a hypothesis that states none), not both"
+        )
 
 
 def stated_tolerances(hypothesis: str) -> list[float]:
@@ -286,18 +298,30 @@ def judged_pairs(arms: list[str], claims: Sequence[Claim]) -> list[tuple[str, st
     return [(label, arms[0]) for label in arms[1:]]
 
 
-def tolerance_of(row: Row, declared: float | None, seeds: Mapping[str, Sequence[str]]) -> Tolerance:
-    """The declared tolerance, else one measured from the seeds on this row, else none (said so)."""
+def tolerance_of(
+    row: Row,
+    declared: float | None,
+    seeds: Mapping[str, Sequence[str]],
+    noise: SeedNoise | None = None,
+) -> Tolerance:
+    """The declared tolerance, else one measured from the seeds on this row, else the band of ``noise`` (a
+    seed noise measured elsewhere, the same band as seeds measured here would give), else none (said so)."""
     if declared is not None:
-        return Tolerance(declared, "the tolerance declared for the hypothesis")
-    noise = seed_noise(row, seeds)
-    if noise is None:
-        return Tolerance(None, "none is declared and no seeds were run to measure the noise")
-    spread, runs = noise
-    return Tolerance(
-        SEED_BANDS * math.sqrt(2) * spread,
-        f"measured: {SEED_BANDS:g} x sqrt 2 x the seeds' relative spread {spread:.2%} ({runs} runs)",
-    )
+        return Tolerance(declared, DECLARED)
+    measured = seed_noise(row, seeds)
+    if measured is not None:
+        spread, runs = measured
+        return Tolerance(
+            SEED_BANDS * math.sqrt(2) * spread,
+            f"measured: {SEED_BANDS:g} x sqrt 2 x the seeds' relative spread {spread:.2%} ({runs} runs)",
+        )
+    if noise is not None:
+        return Tolerance(
+            SEED_BANDS * math.sqrt(2) * noise.relative,
+            f"none stated, no seeds run here: {SEED_BANDS:g} x sqrt 2 x a run's seed noise "
+            f"{noise.relative:.2%}, {noise.source}",
+        )
+    return Tolerance(None, "none is declared and no seeds were run to measure the noise")
 
 
 def seed_noise(row: Row, seeds: Mapping[str, Sequence[str]]) -> tuple[float, int] | None:
@@ -358,7 +382,8 @@ def verdict(
     tolerances: Mapping[str, Tolerance],
 ) -> tuple[str, Held]:
     """Markdown: first whether the hypothesis held (every claim held; one did not; or, none failing, one
-    cannot be told, or there are no claims), each claim with its figure; then, per metric, every judged
+    cannot be told, or there are no claims), each claim with its figure, and a tolerance the hypothesis
+    does not state with where it came from; then, per metric, every judged
     pair within the metric's tolerance, and what each claim expected of it. Returns it and the answer."""
     checked = checked_claims(by_metric, asked, claims, tolerances)
     answers = [d.held(c.expect) for c, _, d in checked]
@@ -377,6 +402,11 @@ def verdict(
     )
     if untold := sorted({t.source for t in tolerances.values() if t.relative is None}):
         head += f" (no tolerance: {'; '.join(untold)})"
+    # a band the hypothesis does not state is said, with where it came from, beside the answer it decided
+    if unstated := list(
+        dict.fromkeys(t.describe() for t in tolerances.values() if t.relative and t.source != DECLARED)
+    ):
+        head += f" ({'; '.join(unstated)})"
     blocks = [head]
     for metric in asked:
         row, tolerance = by_metric[metric], tolerances[metric]

@@ -20,6 +20,7 @@ from marin_pipelines.config_errors import describe
 from marin_pipelines.evals.comparison import Claim
 from marin_pipelines.evals.eval_results import EVAL_BATCH_SIZE
 from marin_pipelines.scaling.isoflop_ladder import IsoflopLadderConfig
+from marin_pipelines.scaling.seed_noise import SeedNoise
 from marin_pipelines.stages import corpus as corpus_stages
 from marin_pipelines.stages import crawl as crawl_stages
 from marin_pipelines.stages import dataset_dumps as dumps_stages
@@ -647,12 +648,14 @@ def compare(
     claims: Sequence[Claim] = (),
     tolerance: float | None = None,
     seeds: dict[str, list[str]] | None = None,
+    noise: SeedNoise | None = None,
 ) -> Step:
     """Evaluations side by side, with the checkpoints they evaluated; the comparison opens with whether the
     hypothesis held: each of its ``claims`` (``Claim("muon_8e11", "same", "adamw_8e11")``) on ``metrics``,
     the scores it is about, within ``tolerance`` (the relative band the hypothesis states: "within 1%" is
-    0.01), else the noise measured between ``seeds`` (an arm -> its runs with other seeds), else none. With
-    no claims, each variant is set against the first and the verdict cannot tell."""
+    0.01), else the noise measured between ``seeds`` (an arm -> its runs with other seeds), else the band of
+    ``noise``, a seed noise measured elsewhere (``MEASURED_SEED_NOISE``, the project's), else none. With no
+    claims, each variant is set against the first and the verdict cannot tell."""
     inputs: dict[str, Step | None] = {}
     for label, evaluation in variants.items():
         if "checkpoint" not in evaluation.inputs:
@@ -666,6 +669,7 @@ def compare(
         "claims": list(claims),
         "tolerance": tolerance,
         "seeds": dict(seeds or {}),
+        "noise": noise,
     }
     return step(name, eval_stages.comparison, config, inputs)
 

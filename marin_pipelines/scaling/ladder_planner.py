@@ -36,13 +36,14 @@ from marin_pipelines.scaling import synthetic_ladder
 from marin_pipelines.scaling.frontier import forecast
 from marin_pipelines.scaling.isoflop_ladder import MIN_BUDGETS, MIN_POINTS, IsoflopLadderConfig
 from marin_pipelines.scaling.recipe import AnyRecipe, Recipe
+from marin_pipelines.scaling.seed_noise import MEASURED_SEED_NOISE
 from marin_pipelines.scaling.synthetic_ladder import HOFFMANN
 
 # The synthetic target: every candidate's ladder is drawn below it, as a real plan grows its ladder downward
 # from its target. 8e19 puts a 4-budget ladder at 10x on 1e18-8e18 (bench/ladder_power.py's figures).
 TARGET_ANCHOR = 8e19
 INTERVAL_DRAWS, INTERVAL_BOOTSTRAP = 12, 50  # draws and resamples that measure the plan's interval width
-DEFAULT_NOISE = 0.006  # relative seed noise a run: scaling_forecast's measured 0.61%
+DEFAULT_NOISE = MEASURED_SEED_NOISE.relative  # relative seed noise a run: scaling_forecast's measured 0.61%
 DRAW_BATCH = 40  # draws between two looks at a candidate's pass rate
 MAX_DRAWS = 400  # the most draws a candidate gets before it is left undecided
 PASS_CONFIDENCE = 0.95  # the pass rate's Wilson interval

@@ -33,6 +33,7 @@ from marin_pipelines.evals.comparison import (
 from marin_pipelines.evals.eval_results import EVAL_BATCH_SIZE, combine_bpb
 from marin_pipelines.evals.launch_config import EvalLaunch
 from marin_pipelines.evals.standard_suite import STANDARD_TASKS, standard_suite
+from marin_pipelines.scaling.seed_noise import SeedNoise
 from marin_pipelines.stages.sft import HELDOUT_CHATS
 from marin_pipelines.steps import Check, Step, StepContext, stage
 from marin_pipelines.store import Artifact, ArtifactStore, PendingArtifact, read_url
@@ -308,6 +309,12 @@ class CompareConfig(BaseModel):
         description="an arm -> the variants that are it with other seeds: their spread is the tolerance "
         "where none is declared",
     )
+    noise: SeedNoise | None = Field(
+        None,
+        description="a run's relative seed noise measured elsewhere and where (relative, source; the "
+        "project's: MEASURED_SEED_NOISE), for a hypothesis that states no band: the tolerance is the band "
+        "it gives (2 x sqrt 2 x it), said with its source, where the seeds measure none",
+    )
 
     @field_validator("variants")
     @classmethod
@@ -319,15 +326,18 @@ class CompareConfig(BaseModel):
 
     @model_validator(mode="after")
     def _a_judgeable_plan(self) -> CompareConfig:
-        check_plan(self.variants, self.hypothesis, self.metrics, self.claims, self.tolerance, self.seeds)
+        check_plan(
+            self.variants, self.hypothesis, self.metrics, self.claims, self.tolerance, self.seeds, self.noise
+        )
         return self
 
 
 # revision 2: the params a token uses (an MoE's active params) in the table; 3: the verdict on the
 # hypothesis' metrics first, own-data rows named, the loss-minus-baseline plot, no JSON repeats; 4: whether
 # the hypothesis held, on its claims, within a tolerance; the best among arms of one budget; params counted
-# non-embedding; a continuation's FLOPs with its base's
-@stage(CompareConfig, revision=4, group="evals", kinds=("matplotlib",))
+# non-embedding; a continuation's FLOPs with its base's; 5: a tolerance from a seed noise measured elsewhere,
+# and a band the hypothesis does not state said, with its source, in the verdict's first line
+@stage(CompareConfig, revision=5, group="evals", kinds=("matplotlib",))
 def comparison(ctx: StepContext, out: PendingArtifact, config: CompareConfig, **runs: Artifact) -> None:
     """The variants side by side: whether the hypothesis held, loss curves overlaid, validation loss,
     bits-per-byte per set, task scores, tokens and FLOPs, with the experiment's hypothesis."""
@@ -344,5 +354,6 @@ def comparison(ctx: StepContext, out: PendingArtifact, config: CompareConfig, **
             config.claims,
             config.tolerance,
             config.seeds,
+            config.noise,
         )
     )

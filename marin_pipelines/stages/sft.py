@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from marin_pipelines.evals.checkpoint_eval import heldout_fingerprint
-from marin_pipelines.stages.train import LOSS_CHECK, RUN_HEADLINE
+from marin_pipelines.stages.train import LOSS_CHECK, RUN_HEADLINE, RUN_LABELS
 from marin_pipelines.steps import InputError, StepContext, stage
 from marin_pipelines.store import Artifact, PendingArtifact, read_url
 from marin_pipelines.tokenize import demo_chat
@@ -94,6 +94,7 @@ class SFTRunConfig(BaseModel):
     checks=LOSS_CHECK,
     needs=("launcher",),
     headline=RUN_HEADLINE,
+    labels=RUN_LABELS,
 )
 def sft_checkpoint(
     ctx: StepContext, out: PendingArtifact, config: SFTRunConfig, checkpoint: Artifact, chat_data: Artifact

@@ -248,7 +248,7 @@ def mixture_of_inputs(ctx: StepContext, mixture: MixtureConfig, caches: dict[str
 
 # what a run is judged by, shown first and followed by its loss curve (``dagster_metadata``); params
 # non-embedding first (the count the recipes, forecasts and comparisons use), then the trainer's ``params``
-# and ``active_params``, which hold the embeddings (totals)
+# and ``active_params``, which hold the embeddings (totals), each shown under a label saying so
 RUN_HEADLINE = (
     "final_loss",
     "tokens_seen",
@@ -258,6 +258,13 @@ RUN_HEADLINE = (
     "params",
     "active_params",
 )
+# the names a run's page shows its parameter counts under: the stored keys alone do not say which count
+# holds the embeddings (the summary's keys stay, as other code reads them)
+RUN_LABELS = {
+    "non_embedding_params": "params, non-embedding",
+    "params": "params, total with embeddings",
+    "active_params": "params a token uses, total with embeddings (MoE: active)",
+}
 
 
 # revision 2: orbax
@@ -269,6 +276,7 @@ RUN_HEADLINE = (
     checks=LOSS_CHECK,
     needs=("launcher",),
     headline=RUN_HEADLINE,
+    labels=RUN_LABELS,
 )
 def checkpoint(
     ctx: StepContext,
@@ -342,6 +350,7 @@ def isoflop_partition_keys(config: IsoflopRunsConfig, strict: bool = False) -> l
     needs=("launcher",),
     partition_keys=isoflop_partition_keys,
     headline=RUN_HEADLINE,
+    labels=RUN_LABELS,
 )
 def isoflop_checkpoint(
     ctx: StepContext,

@@ -12,7 +12,7 @@ from marin_pipelines.scaling import synthetic_ladder
 from marin_pipelines.scaling.frontier import forecast
 from marin_pipelines.scaling.ladder_diagnostics import ladder_diagnostics
 from marin_pipelines.stages.scaling import forecast_metadata, isoflop_forecast, prediction_record
-from marin_pipelines.stages.train import RUN_HEADLINE, checkpoint
+from marin_pipelines.stages.train import RUN_HEADLINE, RUN_LABELS, checkpoint
 from marin_pipelines.store import Artifact
 
 PNG = b"\x89PNG\r\n\x1a\n"  # enough of one for the page to embed
@@ -102,10 +102,16 @@ def test_a_runs_page_opens_with_its_figures_and_loss_curve_and_ends_with_its_lay
         "data_sources": {"main": "/store/demo/tokenized_cache/_/abc"},
         "plots": {"loss_curve": "loss_curve.png"},
     }
-    page = dagster_metadata(artifact(tmp_path, summary, summary["plots"]), False, checkpoint.headline)
+    page = dagster_metadata(
+        artifact(tmp_path, summary, summary["plots"]), False, checkpoint.headline, checkpoint.labels
+    )
     keys = list(page)
     assert checkpoint.headline == RUN_HEADLINE
-    assert keys[: len(RUN_HEADLINE) + 1] == [*RUN_HEADLINE, "loss_curve"]
+    # each parameter count under a label that says its base (the manifest keeps the trainer's keys)
+    shown = [RUN_LABELS.get(key, key) for key in RUN_HEADLINE]
+    assert keys[: len(RUN_HEADLINE) + 1] == [*shown, "loss_curve"]
+    assert page["params, non-embedding"] == 26_784 and page["params, total with embeddings"] == 157_856
+    assert "params" not in page and "non_embedding_params" not in page
     figures = [k for k in keys if k in summary and not isinstance(summary[k], dict | list)]
     assert max(keys.index(k) for k in figures) < keys.index("mesh") < keys.index("layouts")
     assert keys.index("layouts") < keys.index("path")  # where the output is: last, as before

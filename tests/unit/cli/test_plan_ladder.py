@@ -58,5 +58,5 @@ def test_noise_from_a_forecast_without_seeds_says_so(tmp_path, capsys):
     path.write_text(json.dumps({"forecast": {"seed_spread": None, "optima": []}}))
     assert main([*ARGS, "--error", "0.05", "--noise-from", str(path)]) == 0
     out, err = capsys.readouterr()
-    assert "has no seeds to measure noise on: using 0.60% a run" in err
-    assert last_json(out)["noise"] == 0.006
+    assert "has no seeds to measure noise on: using 0.61% a run" in err
+    assert last_json(out)["noise"] == 0.0061

@@ -14,6 +14,8 @@ from marin_pipelines.evals.comparison import (
     _direction,
     compare_variants,
 )
+from marin_pipelines.experiments.qk_norm_warmstart import qk_norm_warmstart
+from marin_pipelines.scaling.seed_noise import MEASURED_SEED_NOISE, SeedNoise
 from marin_pipelines.stages.evals import CompareConfig
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -333,11 +335,10 @@ def test_claims_name_variants_and_metrics_of_the_comparison():
             CompareConfig(variants=variants, **fields)
 
 
-QK_CLAIMS = [  # qk_norm_warmstart's: what the hypothesis is about, then its second clause
-    Claim("continued_qk_norm", "same", "continued"),
-    Claim("continued", "better", "base"),
-    Claim("continued_qk_norm", "better", "base"),
-]
+# qk_norm_warmstart's, read from the experiment so that the tests follow it: what the hypothesis is about,
+# then its second clause, within the 1% it states
+QK_PLAN = qk_norm_warmstart.step("qk_norm_warmstart/comparison").config
+QK_CLAIMS = list(QK_PLAN.claims)
 
 
 @pytest.fixture
@@ -356,7 +357,9 @@ def warm_started(tmp_path: Path) -> list[Variant]:
 def test_the_verdict_answers_the_hypothesis_first(warm_started, tmp_path):
     """The figure the hypothesis is about (with QK-norm against the plain continuation) comes first, then
     its second clause (both against the base), each with whether it held."""
-    metadata = compare_variants(warm_started, "", tmp_path, claims=QK_CLAIMS, tolerance=0.01)
+    metadata = compare_variants(
+        warm_started, QK_PLAN.hypothesis, tmp_path, QK_PLAN.metrics, QK_CLAIMS, QK_PLAN.tolerance
+    )
     head, losses = metadata["markdown"]["verdict"].split("\n\n")
     assert head == (
         "**The hypothesis held**: continued_qk_norm the same as continued: +0.2%, held; continued better "
@@ -454,13 +457,12 @@ def test_the_seeds_spread_is_the_tolerance_where_none_is_declared(tmp_path):
     metadata = compare_variants(arms, "", tmp_path, claims=claims, seeds={"a": ["a_seed1", "a_seed2"]})
     assert metadata["held"] == "did not hold"
     head, losses = metadata["markdown"]["verdict"].split("\n\n")
-    assert (
+    band = "the same within ±2.83%, measured: 2 x sqrt 2 x the seeds' relative spread 1.00% (3 runs)"
+    assert (  # a band the hypothesis does not state is said beside the answer
         head == "**The hypothesis did not hold**: b no worse than a: +1.7%, held; c no worse than a: +3.3%, "
-        "did not hold"
+        f"did not hold ({band})"
     )
-    assert (
-        "the same within ±2.83%, measured: 2 x sqrt 2 x the seeds' relative spread 1.00% (3 runs)" in losses
-    )
+    assert band in losses
     record = json.loads((tmp_path / "comparison.json").read_text())
     assert record["tolerances"]["own-data validation loss"]["relative"] == pytest.approx(0.02 * math.sqrt(2))
     assert record["budgets"][0]["variants"] == ["a", "b", "c"]  # the seeds are not arms to rank
@@ -520,3 +522,66 @@ def test_a_tolerance_the_hypothesis_states_must_be_the_declared_one():
     for tolerance in (None, 0.02):
         with pytest.raises(ValueError, match=r"states within 1%: declare tolerance=0.01"):
             CompareConfig(**fields, tolerance=tolerance)
+
+
+def test_a_seed_noise_measured_elsewhere_is_the_tolerance_and_the_verdict_says_whence(tmp_path):
+    """No band stated, no seeds run: the project's measured noise of a run (0.61%) gives the band seeds would
+    (2 x sqrt 2 x 0.61% = 1.73%), and the first line says so and where it was measured: -1.0% is the same,
+    -2.0% better."""
+    arms = [
+        variant(tmp_path, "dense", loss=3.00, bpb=1.9, acc=0.4),
+        variant(tmp_path, "moe", loss=2.97, bpb=1.9, acc=0.4),
+        variant(tmp_path, "moe_big", loss=2.94, bpb=1.9, acc=0.4),
+    ]
+    claims = [Claim("moe", "better", "dense"), Claim("moe_big", "better", "dense")]
+    metadata = compare_variants(arms, "", tmp_path, claims=claims, noise=MEASURED_SEED_NOISE)
+    head = metadata["markdown"]["verdict"].split("\n\n")[0]
+    assert metadata["held"] == "did not hold"
+    assert head.startswith(
+        "**The hypothesis did not hold**: moe better than dense: -1.0%, did not hold; moe_big better than "
+        "dense: -2.0%, held (the same within ±1.73%, none stated, no seeds run here: 2 x sqrt 2 x a run's "
+        "seed noise 0.61%, scaling_forecast's seed noise"
+    )
+    record = json.loads((tmp_path / "comparison.json").read_text())
+    assert record["tolerances"]["own-data validation loss"]["relative"] == pytest.approx(
+        2 * math.sqrt(2) * 0.0061
+    )
+
+
+def test_a_measured_noise_beside_a_declared_tolerance_is_refused():
+    with pytest.raises(ValueError, match="not both"):
+        CompareConfig(variants=["a", "b"], tolerance=0.01, noise=SeedNoise(0.01, "a bench"))
+
+
+def test_every_shipped_comparison_has_a_tolerance():
+    """A comparison without a band can only say "cannot tell": each shipped one declares the band its
+    hypothesis states, runs seeds, or takes the project's measured seed noise (one constant, which the
+    ladder planner uses too)."""
+    from marin_pipelines.experiments import corpus_mixture, moe_vs_dense, quality_ablation
+    from marin_pipelines.scaling.ladder_planner import DEFAULT_NOISE
+
+    assert MEASURED_SEED_NOISE.relative == DEFAULT_NOISE
+    for module, name in (
+        (moe_vs_dense, "moe_vs_dense"),
+        (quality_ablation, "quality_ablation"),
+        (corpus_mixture, "corpus_mixture"),
+    ):
+        config = getattr(module, name).step(f"{name}/comparison").config
+        assert config.tolerance is None and not config.seeds and config.noise == MEASURED_SEED_NOISE, name
+    for experiment in _shipped_experiments():
+        for step in experiment.all_steps:
+            if step.stage.name == "comparison":
+                config = step.config
+                assert config.tolerance or config.seeds or config.noise, step.name
+
+
+def _shipped_experiments():
+    import importlib
+    import pkgutil
+
+    import marin_pipelines.experiments as package
+    from marin_pipelines.experiment import Experiment
+
+    for module in pkgutil.iter_modules(package.__path__):
+        loaded = importlib.import_module(f"marin_pipelines.experiments.{module.name}")
+        yield from (v for v in vars(loaded).values() if isinstance(v, Experiment))

@@ -135,6 +135,10 @@ def test_an_imported_run_is_a_run_for_eval_sft_checkpoint_info_and_warm_start(tm
     info = json.loads(capsys.readouterr().out)
     assert info["step"] == 0 and info["checkpoints"] == [0]
     assert info["sha256"] == params_sha256(load_params(run)[1])
+    # each count says its base: the totals hold the embeddings, the non-embedding count does not
+    assert info["non_embedding_params"] < info["params"] == info["active_params"]
+    assert "params and active_params: total with embeddings" in info["params_counted"]
+    assert "non_embedding_params: non-embedding" in info["params_counted"]
 
     # generation begins a text with <|begin_of_text|> and stops at <|eot_id|> or <|end_of_text|>
     assert main(["generate", str(run), "--prompt", "The quick", "--max-new-tokens", "5", "--chat"]) == 0
