@@ -3,6 +3,7 @@ experts added to an MoE, the load lists, the re-warmed schedule, the errors, and
 warm start refused before its run folder records anything."""
 
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -16,7 +17,7 @@ from marin_pipelines.train.model import Llama, LlamaConfig
 from marin_pipelines.train.moe import MoEConfig
 from marin_pipelines.train.optimizer import make_optimizer
 from marin_pipelines.train.run_config import RunConfig
-from marin_pipelines.train.run_inputs import INPUTS_FILE
+from marin_pipelines.train.run_inputs import INPUTS_FILE, OtherTokenizer
 from marin_pipelines.train.train_config import TrainConfig
 from marin_pipelines.train.trainer import _initial_state, train
 from marin_pipelines.train.warm_start import check_base, warm_state
@@ -232,3 +233,19 @@ def test_a_refused_warm_start_records_nothing_and_the_corrected_rerun_runs(
     assert not (out / INPUTS_FILE).exists() and not (out / "tokenizer.json").exists()
     assert not (out / "checkpoints").exists()
     assert attempt(corrected)["warm_start"]["dir"] == launched_bases[corrected["warm_start"]]
+
+
+def test_a_base_without_its_tokenizer_is_refused_unless_that_is_meant(launched_bases, token_cache, tmp_path):
+    """With no tokenizer.json beside the base its embeddings could stand for other token ids: the check was
+    skipped without a word."""
+    base = tmp_path / "base"
+    shutil.copytree(launched_bases["base"], base)
+    (base / "tokenizer.json").unlink()
+    out = tmp_path / "run"
+    with pytest.raises(OtherTokenizer, match=f"has no tokenizer.json \\({base}/tokenizer.json is missing\\)"):
+        train_launched(launch(token_cache, out, warm_start=str(base)))
+    assert not out.exists()
+    summary = train_launched(launch(token_cache, out, warm_start=str(base), warm_start_other_tokenizer=True))
+    record = summary["warm_start"]["other_tokenizer"]
+    assert record["base"] == f"unchecked: {base}/tokenizer.json is missing"
+    assert record["run"]["from"] == f"{token_cache}/tokenizer.json"
