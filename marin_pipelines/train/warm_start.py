@@ -155,11 +155,13 @@ def check_base(
         stored = {item: checkpoints.shapes(step, item) for item in items}
     _, params = abstract_model(model)
     mine = {name: tuple(leaf.shape) for name, leaf in flatten(params).items()}
-    for name in mine.keys() & stored["params"].keys():
-        _grows(name, mine[name], stored["params"][name], where)
+    for name, shape in mine.items():  # in warm_state's order: the same leaf is named first
+        if name in stored["params"]:
+            _grows(name, shape, stored["params"][name], where)
     if kept:
         _same_optimizer(meta, config.optimizer, where)
         opt_state = jax.eval_shape(make_optimizer(config).init, params)
         mine = {name: tuple(leaf.shape) for name, leaf in flatten({OPTIMIZER: opt_state}).items()}
-        for name in mine.keys() & stored["state"].keys():
-            _grows(name, mine[name], stored["state"][name], where)
+        for name, shape in mine.items():
+            if name in stored["state"]:
+                _grows(name, shape, stored["state"][name], where)
