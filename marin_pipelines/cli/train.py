@@ -57,9 +57,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--allow-other-tokenizer",
         action="store_true",
-        help="with --warm-start: the base was trained on another tokenizer and that is meant (its "
-        "embeddings load for this run's token ids; both tokenizers are recorded in train.json's "
-        "warm_start); without it such a base is refused",
+        help="with --warm-start: the base was trained on another tokenizer, or has no tokenizer.json to "
+        "compare, and that is meant (its embeddings load for this run's token ids; both tokenizers, or the "
+        "missing one, are recorded in train.json's warm_start); without it such a base is refused",
     )
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.add_argument(

@@ -141,12 +141,14 @@ def evaluate_checkpoint(
     chat_tasks: bool = False,
     specials: SpecialTokens = RUN_MADE_HERE,
     served_run: str | None = None,
+    tokenizer_file: str = "the evaluating tokenizer",
 ) -> dict[str, Any]:
     """``bpb_sets`` (name -> token cache folders, whose validation split is read, or text files) and
     ``config.heldout`` in bits per byte; ``config.tasks`` through lm-eval; ``chat_sets`` (name -> chat
     JSON-lines files) as loss per assistant token through ``chat_template`` (the default one when None).
     With ``chat_tasks`` the tasks' prompts also go through that template, for a fine-tuned chat model.
-    ``specials`` are the run's special tokens (``run_special_tokens``): what texts start and end with.
+    ``specials`` are the run's special tokens (``run_special_tokens``): what texts start and end with;
+    ``tokenizer_file`` is where ``tokenizer`` was read (named where a token cache of another is refused).
     With ``config.served`` the tasks are asked of ``served_run`` (the run folder) behind a served child
     (``served.py``).
     Returns lm-eval's results (``results``, ``configs``, ...; none without tasks) with a ``bpb`` section (per
@@ -159,7 +161,7 @@ def evaluate_checkpoint(
     sets = with_heldout(bpb_sets, config)
     seq_len = model.config.seq_len
     tokens = {
-        name: np.concatenate([bpb_tokens(local_input(p), tokenizer, specials) for p in paths])
+        name: np.concatenate([bpb_tokens(local_input(p), tokenizer, specials, tokenizer_file) for p in paths])
         for name, paths in sets.items()
     }
     template = ChatTemplate(tokenizer, chat_template or DEFAULT_TEMPLATE, specials)

@@ -93,9 +93,15 @@ def text_tokens(
     return np.asarray(stream, np.int32)
 
 
-def bpb_tokens(path: str, tokenizer: Tokenizer, specials: SpecialTokens = RUN_MADE_HERE) -> np.ndarray:
+def bpb_tokens(
+    path: str,
+    tokenizer: Tokenizer,
+    specials: SpecialTokens = RUN_MADE_HERE,
+    tokenizer_file: str = "the evaluating tokenizer",
+) -> np.ndarray:
     """A bits-per-byte set: a token cache's validation split, or text files (``text_tokens``). A cache made
-    with another tokenizer is refused: its ids would be read as other tokens, their bytes counted by the
+    with another tokenizer is refused, naming both tokenizers' files (``tokenizer_file``: where
+    ``tokenizer`` was read) and hashes: its ids would be read as other tokens, their bytes counted by the
     wrong table, and the bits per byte would mean nothing. Text is laid out with the run's ``specials``."""
     try:
         cache = TokenCache(path)
@@ -105,8 +111,8 @@ def bpb_tokens(path: str, tokenizer: Tokenizer, specials: SpecialTokens = RUN_MA
     if theirs != mine:
         raise ValueError(
             f"the bits-per-byte set {path} is a token cache made with another tokenizer ({path.rstrip('/')}/"
-            f"{TOKENIZER_FILE}, hash {theirs}) than the one evaluating (the checkpoint's {TOKENIZER_FILE} or "
-            f"the one given, hash {mine}, {tokenizer.get_vocab_size()} tokens): evaluate the text it was "
+            f"{TOKENIZER_FILE}, hash {theirs}) than the one evaluating ({tokenizer_file}, hash {mine}, "
+            f"{tokenizer.get_vocab_size()} tokens): evaluate the text it was "
             "made from, or a cache made with the checkpoint's tokenizer"
         )
     return np.asarray(cache.validation)

@@ -12,7 +12,7 @@ from typing import Any
 from marin_pipelines.evals.checkpoint_eval import evaluate_checkpoint, load_for_eval, scores
 from marin_pipelines.evals.launch_config import EvalLaunch
 from marin_pipelines.store import write_url
-from marin_pipelines.train.trained_run import checkpoint_template
+from marin_pipelines.train.trained_run import checkpoint_template, find_tokenizer
 
 
 def evaluate_launched(launch: EvalLaunch, progress: Callable[[str], None]) -> dict[str, Any]:
@@ -32,6 +32,7 @@ def evaluate_launched(launch: EvalLaunch, progress: Callable[[str], None]) -> di
         chat_tasks=config.chat_tasks,
         specials=specials,
         served_run=launch.checkpoint,
+        tokenizer_file=str(launch.tokenizer or find_tokenizer(launch.checkpoint)),
     )
     write_url(launch.out, json.dumps(results, indent=2))
     return results

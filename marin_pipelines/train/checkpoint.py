@@ -171,6 +171,11 @@ class Checkpoints:
         )
         return {item: {name: np.asarray(leaf) for name, leaf in restored[item].items()} for item in items}
 
+    def shapes(self, step: int, item: str) -> dict[str, tuple[int, ...]]:
+        """The shape of each of ``item``'s leaves at ``step``, by flat name, from the checkpoint's metadata:
+        no array is read (a warm start's checks before it records anything)."""
+        return {name: tuple(leaf.shape) for name, leaf in self.manager.item_metadata(step)[item].items()}
+
     def meta(self, step: int) -> dict[str, Any]:
         return self.manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
 

@@ -34,8 +34,8 @@ class TrainLaunch(TrainingLaunch):
     )
     warm_start_other_tokenizer: bool = Field(
         False,
-        description="with warm_start: a base trained on another tokenizer is meant (recorded in the run's "
-        "warm_start); else it is refused",
+        description="with warm_start: a base trained on another tokenizer, or with no tokenizer.json to "
+        "compare, is meant (recorded in the run's warm_start); else it is refused",
     )
 
 

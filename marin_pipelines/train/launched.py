@@ -26,6 +26,7 @@ from marin_pipelines.train.run_inputs import (
 )
 from marin_pipelines.train.sharding import check_layout
 from marin_pipelines.train.trainer import train
+from marin_pipelines.train.warm_start import check_base
 
 Reporters = Callable[[LlamaConfig], Sequence[Callable[[dict[str, Any]], None]]]
 
@@ -57,14 +58,12 @@ def train_launched(
     check_layout(run.train, model, jax.device_count())  # a config error records nothing in the folder
     if model.fp8:
         check_fp8(jax.devices()[0].platform)
-    tokenizer = read_url(str(data / TOKENIZER_FILE))
-    notes = (
-        warm_start_tokenizer(
+    tokenizer, notes = read_url(str(data / TOKENIZER_FILE)), {}
+    if launch.warm_start is not None:  # a base it cannot start from is refused before anything is recorded
+        check_base(launch.warm_start, model, run.train, launch.warm_start_optimizer)
+        notes = warm_start_tokenizer(
             launch.warm_start, tokenizer, tokenizer_source(launch), launch.warm_start_other_tokenizer
         )
-        if launch.warm_start is not None
-        else {}
-    )
     check_inputs(out, train_inputs(launch, cache, tokenizer, loader), record=is_primary())
     if is_primary():  # after the check: a refused rerun leaves the run's tokenizer as it was
         write_url(f"{out.rstrip('/')}/{TOKENIZER_FILE}", tokenizer)

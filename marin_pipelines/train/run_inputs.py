@@ -2,7 +2,7 @@
 restart. A rerun on other data, another tokenizer or another base would otherwise change a finished run
 without a word (the same parameters evaluated with another tokenizer) or continue it on other text. A rerun
 that asks for fewer steps than the run has made is refused too (``check_steps``), and so is a warm start
-from a base on another tokenizer, unless it is meant (``warm_start_tokenizer``).
+from a base on another tokenizer (or with none to compare), unless it is meant (``warm_start_tokenizer``).
 
 Each input is recorded as its identity (a hash of what it holds, not where it lives: a cache moved to a
 bucket is the same cache) and the place it was read from, for the message that refuses another one.
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -23,6 +24,7 @@ from marin_pipelines.tokenize.tokenizer import TOKENIZER_FILE, tokenizer_hash
 from marin_pipelines.train.train_config import CHECKPOINTS_DIR, MODEL_FILE
 
 INPUTS_FILE = "inputs.json"
+log = logging.getLogger(__name__)
 
 
 class OtherInputs(ValueError):
@@ -34,7 +36,7 @@ class FewerSteps(ValueError):
 
 
 class OtherTokenizer(ValueError):
-    """A warm start from a base trained on another tokenizer, not asked for."""
+    """A warm start from a base trained on another tokenizer (or with none to compare), not asked for."""
 
 
 def file_sha256(url: str) -> str:
@@ -129,18 +131,35 @@ def check_steps(out: str, reached: int, steps: int) -> None:
 
 def warm_start_tokenizer(base: str, tokenizer: str, where: str, allowed: bool) -> dict[str, Any]:
     """The warm start's base run's tokenizer against this run's (``tokenizer``, the JSON read from
-    ``where``), by ``tokenizer_hash``: {} where they are one (or the base has none to compare). Where they
-    differ, the base's embeddings would load for token ids that stand for other text: refused, naming
-    both, unless ``allowed``; then their record, for the warm start's record."""
+    ``where``), by ``tokenizer_hash``: {} where they are one. Where they differ, or the base has no
+    tokenizer to compare, its embeddings may load for token ids that stand for other text: refused, naming
+    both files (or the missing one), unless ``allowed``; then their record, for the warm start's record
+    (and a warning where the base's could not be compared)."""
     base_file = f"{base.rstrip('/')}/{TOKENIZER_FILE}"
+    try:
+        mine = tokenizer_hash(tokenizer)
+    except ValueError as e:
+        raise ValueError(f"{where}: {e}") from None
     try:
         theirs = read_url(base_file)
     except FileNotFoundError:
-        return {}
+        if not allowed:
+            raise OtherTokenizer(
+                f"--warm-start {base} has no {TOKENIZER_FILE} ({base_file} is missing): whether it was "
+                f"trained on this run's tokenizer ({where}, hash {mine}) cannot be checked. Copy the "
+                f"tokenizer it was trained on to {base_file}, or give --allow-other-tokenizer if loading it "
+                "unchecked is meant (the run's warm_start record says so)"
+            ) from None
+        log.warning(
+            "warm start from %s: %s is missing, the tokenizer is not checked (--allow-other-tokenizer)",
+            base,
+            base_file,
+        )
+        return {"other_tokenizer": {"base": f"unchecked: {base_file} is missing", "run": given(mine, where)}}
     try:
-        mine, others = tokenizer_hash(tokenizer), tokenizer_hash(theirs)
+        others = tokenizer_hash(theirs)
     except ValueError as e:
-        raise ValueError(f"{base_file} or {where}: {e}") from None
+        raise ValueError(f"{base_file}: {e}") from None
     if mine == others:
         return {}
     if not allowed:

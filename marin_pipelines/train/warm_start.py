@@ -23,10 +23,18 @@ from typing import Any
 import jax
 import numpy as np
 
-from marin_pipelines.train.checkpoint import Checkpoints, flatten, params_sha256, training_dir, unflatten
+from marin_pipelines.train.checkpoint import (
+    Checkpoints,
+    abstract_model,
+    flatten,
+    params_sha256,
+    training_dir,
+    unflatten,
+)
+from marin_pipelines.train.model import LlamaConfig
 from marin_pipelines.train.moe import expert_axis
-from marin_pipelines.train.optimizer import warm_optimizer_state
-from marin_pipelines.train.train_config import CHECKPOINTS_DIR, IMPORTED
+from marin_pipelines.train.optimizer import make_optimizer, warm_optimizer_state
+from marin_pipelines.train.train_config import CHECKPOINTS_DIR, IMPORTED, TrainConfig
 
 OPTIMIZER = "opt_state"  # the optimiser's leaves in a checkpoint's training state
 
@@ -45,20 +53,26 @@ def read_base(base: str | os.PathLike[str], optimizer: bool) -> tuple[int, dict[
         return step, checkpoints.restore_flat(step, items), meta
 
 
+def _grows(name: str, mine: tuple[int, ...], theirs: tuple[int, ...], where: str) -> bool:
+    """Whether the base's leaf of shape ``theirs`` loads into this run's of shape ``mine`` widened (more
+    experts); an error naming it where it cannot load at all."""
+    if mine == theirs:
+        return False
+    axis = expert_axis(name, len(mine))
+    grown = [a for a in range(len(mine)) if mine[a] != theirs[a]] if len(mine) == len(theirs) else []
+    if axis is None or grown != [axis] or mine[axis] < theirs[axis]:
+        raise ValueError(
+            f"warm start from {where}: {name} has shape {list(theirs)} in the base and {list(mine)} here; a "
+            "parameter that changes shape cannot be loaded (only an MoE layer's experts may grow)"
+        )
+    return True
+
+
 def _take(name: str, mine: np.ndarray, theirs: np.ndarray, where: str) -> tuple[np.ndarray, bool]:
     """The base's value for a leaf of this run, and whether it was widened (more experts)."""
-    if mine.shape == theirs.shape:
+    if not _grows(name, mine.shape, theirs.shape, where):
         return np.asarray(theirs, mine.dtype), False
     axis = expert_axis(name, mine.ndim)
-    grown = (
-        [a for a in range(mine.ndim) if mine.shape[a] != theirs.shape[a]] if mine.ndim == theirs.ndim else []
-    )
-    if axis is None or grown != [axis] or mine.shape[axis] < theirs.shape[axis]:
-        raise ValueError(
-            f"warm start from {where}: {name} has shape {list(theirs.shape)} in the base and "
-            f"{list(mine.shape)} here; a parameter that changes shape cannot be loaded (only an MoE layer's "
-            "experts may grow)"
-        )
     widened = np.array(mine)
     widened[(slice(None),) * axis + (slice(0, theirs.shape[axis]),)] = theirs
     return widened, True
@@ -99,13 +113,7 @@ def warm_state(
     if optimizer and IMPORTED in meta:  # a model brought in from Hugging Face has no optimiser state
         record["optimizer"] = "fresh: the base was imported, it has no optimiser state"
     elif optimizer:
-        theirs = meta.get("train", {}).get("optimizer", "adamw")
-        if theirs != optimizer_name:
-            raise ValueError(
-                f"warm start from {base}: the base trained with {theirs} and this run uses "
-                f"{optimizer_name}; an optimiser's state loads only into the same optimiser (start with a "
-                "fresh optimiser instead)"
-            )
+        _same_optimizer(meta, optimizer_name, str(base))
         base_optimizer = {k: v for k, v in saved["state"].items() if k.split(".")[0] == OPTIMIZER}
         merged, opt_report = _merge(flatten({OPTIMIZER: opt_state}), base_optimizer, str(base))
         opt_state = unflatten({OPTIMIZER: opt_state}, merged)[OPTIMIZER]
@@ -115,3 +123,45 @@ def warm_state(
     loaded = unflatten(state["params"], params)
     warmed = {**state, "params": loaded, "opt_state": warm_optimizer_state(opt_state, loaded)}
     return jax.tree.map(np.asarray, warmed), record
+
+
+def _same_optimizer(meta: dict[str, Any], optimizer_name: str, where: str) -> None:
+    theirs = meta.get("train", {}).get("optimizer", "adamw")
+    if theirs != optimizer_name:
+        raise ValueError(
+            f"warm start from {where}: the base trained with {theirs} and this run uses {optimizer_name}; "
+            "an optimiser's state loads only into the same optimiser (start with a fresh optimiser instead)"
+        )
+
+
+def check_base(
+    base: str | os.PathLike[str], model: LlamaConfig, config: TrainConfig, optimizer: bool
+) -> None:
+    """Refuse, reading no weight, a warm start of ``model`` trained by ``config`` from ``base`` that
+    ``warm_state`` would refuse: a leaf whose shape changes (other than experts grown), or, with
+    ``optimizer``, another optimiser or an optimiser leaf that cannot load. Shapes come from the base's
+    checkpoint metadata and this run's abstract model and optimiser state. Called before the run folder
+    records its inputs (``launched.py``): a refused warm start leaves nothing that would refuse the corrected
+    rerun."""
+    where = str(base)
+    folder = training_dir(base)
+    with Checkpoints(folder / CHECKPOINTS_DIR) as checkpoints:
+        step = checkpoints.latest_step()
+        if step is None:
+            raise FileNotFoundError(f"warm start: no complete checkpoint in {folder}")
+        meta = checkpoints.meta(step)
+        kept = optimizer and IMPORTED not in meta
+        items = ("params", "state") if kept else ("params",)
+        stored = {item: checkpoints.shapes(step, item) for item in items}
+    _, params = abstract_model(model)
+    mine = {name: tuple(leaf.shape) for name, leaf in flatten(params).items()}
+    for name, shape in mine.items():  # in warm_state's order: the same leaf is named first
+        if name in stored["params"]:
+            _grows(name, shape, stored["params"][name], where)
+    if kept:
+        _same_optimizer(meta, config.optimizer, where)
+        opt_state = jax.eval_shape(make_optimizer(config).init, params)
+        mine = {name: tuple(leaf.shape) for name, leaf in flatten({OPTIMIZER: opt_state}).items()}
+        for name, shape in mine.items():
+            if name in stored["state"]:
+                _grows(name, shape, stored["state"][name], where)

@@ -121,8 +121,13 @@ def test_bpb_on_a_cache_of_another_tokenizer_is_refused_naming_both(checkpoint, 
     assert main(["eval", "--checkpoint", str(checkpoint), "--bpb", str(cache), "--out", str(out)]) == 2
     error = capsys.readouterr().err.strip()
     assert len(error.splitlines()) == 1 and "made with another tokenizer" in error
-    assert f"{cache}/{TOKENIZER_FILE}" in error and "the checkpoint's tokenizer.json" in error
+    assert f"{cache}/{TOKENIZER_FILE}" in error and f"({checkpoint}/{TOKENIZER_FILE}, hash " in error
     assert not out.exists()
+    given = tmp_path / "given.json"  # a --tokenizer is named as given
+    given.write_bytes((checkpoint / TOKENIZER_FILE).read_bytes())
+    args = ["eval", "--checkpoint", str(checkpoint), "--tokenizer", str(given), "--bpb", str(cache)]
+    assert main([*args, "--out", str(out)]) == 2
+    assert f"({given}, hash " in capsys.readouterr().err and not out.exists()
 
 
 def test_named_bpb_sets_join_their_files(checkpoint, tmp_path, capsys):

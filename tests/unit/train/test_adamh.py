@@ -11,6 +11,7 @@ from resumed import assert_resumes_bit_identically
 
 from marin_pipelines.train.checkpoint import flatten, load_params
 from marin_pipelines.train.model import Llama, LlamaConfig
+from marin_pipelines.train.moe import MoEConfig
 from marin_pipelines.train.optimizer import hyperball, learning_rate_schedule, make_optimizer, sphere_mask
 from marin_pipelines.train.train_config import TrainConfig
 
@@ -41,9 +42,10 @@ def initial_params() -> nnx.State:
     return nnx.split(Llama(MODEL, nnx.Rngs(ADAMH.seed)))[1]
 
 
-def optimise(config: TrainConfig, steps: int) -> tuple[nnx.State, nnx.State]:
-    """Initial and final params of ``steps`` updates by ``make_optimizer(config)``, outside the trainer."""
-    graphdef, params = nnx.split(Llama(MODEL, nnx.Rngs(config.seed)))
+def optimise(config: TrainConfig, steps: int, model: LlamaConfig = MODEL) -> tuple[nnx.State, nnx.State]:
+    """Initial and final params of ``steps`` updates by ``make_optimizer(config)``, outside the trainer (so
+    without the MoE balance bias's own update)."""
+    graphdef, params = nnx.split(Llama(model, nnx.Rngs(config.seed)))
     tx = make_optimizer(config)
 
     def loss(params: nnx.State, batch: jax.Array) -> jax.Array:
@@ -93,6 +95,20 @@ def test_norm_scales_take_adams_step_at_their_own_learning_rate():
             assert moved.max() <= step * (1 + 1e-3) and np.median(moved) == pytest.approx(step, rel=1e-3), (
                 name
             )
+
+
+def test_the_moe_balance_bias_takes_no_step_at_the_adam_rate():
+    """adam_learning_rate's description listed the balance bias among its leaves: it has no gradient (it only
+    picks experts), so not even a rate of 1 moves it; its balancing alone does (``moe.rebalance``)."""
+    moe = MODEL.model_copy(update={"moe": MoEConfig(experts=4, top_k=2, dropless=True)})
+    before, after = (
+        flatten(p) for p in optimise(ADAMH.model_copy(update={"adam_learning_rate": 1.0}), 2, moe)
+    )
+    biases = [name for name in before if name.endswith("router_bias")]
+    assert len(biases) == MODEL.n_layers
+    for name in biases:
+        np.testing.assert_array_equal(after[name], before[name], err_msg=name)
+    assert np.abs(np.asarray(after["final_norm.scale"]) - np.asarray(before["final_norm.scale"])).min() > 0.1
 
 
 def test_hyperball_needs_the_params():

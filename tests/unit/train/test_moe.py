@@ -2,6 +2,8 @@
 active-parameter FLOPs counted by hand, config errors, and a real MoE run that learns."""
 
 import json
+from collections.abc import Iterator
+from dataclasses import replace
 
 import jax
 import jax.numpy as jnp
@@ -11,10 +13,13 @@ from flax import nnx
 from pydantic import ValidationError
 from resumed import assert_resumes_bit_identically
 
-from marin_pipelines.train.checkpoint import flatten
+from marin_pipelines.tokenize.chat_data import PackedSequence, pack
+from marin_pipelines.tokenize.tokenizer import TOKENIZER_FILE, TokenizerConfig, train_tokenizer
+from marin_pipelines.train.checkpoint import Checkpoints, flatten
 from marin_pipelines.train.model import Llama, LlamaConfig, SwiGLU
 from marin_pipelines.train.moe import MoE, MoEConfig, rebalance, router_loss
 from marin_pipelines.train.optimizer import decay_mask, hyperball, make_optimizer
+from marin_pipelines.train.sft import sft
 from marin_pipelines.train.train_config import TrainConfig
 from marin_pipelines.train.trainer import _initial_state, _make_train_step, packed_loss, train
 
@@ -128,19 +133,55 @@ def test_padding_content_changes_nothing_in_a_packed_moe_batch():
     np.testing.assert_array_equal(load, other_load)
 
 
-def test_a_packed_moe_run_trains(tmp_path):
-    """Fine-tuning an MoE on packed rows through the trainer: segments reach the experts' routing."""
-    cfg = config(experts=E, top_k=2, capacity_factor=1.0)
+def test_packed_sft_of_an_moe_is_the_same_whatever_its_padding_holds(tmp_path, monkeypatch):
+    """Fine-tuning an MoE through `sft` (its packing, the trainer's packed step, the balance bias's update):
+    the padding the packing leaves, token 0, replaced by other ids changes no loss, routing figure or
+    parameter. Routed, padding took the tight capacity's slots and counted in the load the bias follows."""
+    words = ["river", "stone", "paper", "light", "garden", "window", "market", "winter"]
+    rng = np.random.default_rng(0)
+    chats = [
+        [{"role": role, "content": " ".join(rng.choice(words, int(rng.integers(1, 6))))} for role in roles]
+        for roles in [("user", "assistant")] * 24
+    ]
+    tokenizer = train_tokenizer([m["content"] for c in chats for m in c] * 5, TokenizerConfig(vocab_size=300))
+    base = tmp_path / "base"
+    moe = config(experts=E, top_k=2, capacity_factor=0.5, bias_rate=1e-2).model_copy(
+        update={"vocab_size": tokenizer.get_vocab_size(), "seq_len": 64, "n_layers": 2}
+    )
+
+    def tokens(step: int) -> np.ndarray:
+        return np.random.default_rng(step).integers(0, moe.vocab_size, (4, moe.seq_len + 1))
+
+    train(moe, TrainConfig(steps=1, batch_size=4, warmup_steps=1, peak_flops=1e10), tokens, base, False)
+    tokenizer.save(str(base / TOKENIZER_FILE))
+    data = tmp_path / "chat.jsonl"
+    data.write_text("".join(json.dumps({"messages": chat}) + "\n" for chat in chats))
     run = TrainConfig(steps=3, batch_size=4, learning_rate=1e-2, warmup_steps=1, peak_flops=1e10)
-    segments = np.array([1, 1, 1, 1, 2, 2, 2, 0, 0], np.int32)
 
-    def packed(step: int) -> np.ndarray:
-        tokens = np.random.default_rng(step).integers(1, 32, (4, 9))
-        return np.stack([tokens, np.tile(segments, (4, 1)), np.ones((4, 9), int)], axis=1).astype(np.int32)
+    def tuned(filler: int) -> tuple[list[dict], dict]:
+        def filled(*args) -> Iterator[PackedSequence]:
+            for row in pack(*args):
+                padding.append((row.segments == 0).mean())
+                yield replace(row, tokens=np.where(row.segments > 0, row.tokens, filler).astype(np.int32))
 
-    summary = train(cfg, run, packed, tmp_path, progress=False, packed=True)
-    metrics = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
-    assert summary["steps"] == 3 and all(np.isfinite(m["loss"]) and "moe_dropped" in m for m in metrics)
+        padding = []
+
+        monkeypatch.setattr("marin_pipelines.train.sft.pack", filled)
+        out = tmp_path / f"filled_{filler}"
+        sft(base, [data], out, run, progress=False)
+        lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+        figures = [{k: v for k, v in m.items() if "loss" in k or "moe" in k or "norm" in k} for m in lines]
+        assert np.mean(padding) > 0.1  # what the rows' ends hold matters
+        with Checkpoints(out / "checkpoints") as checkpoints:
+            return figures, checkpoints.restore_flat(checkpoints.latest_step(), ("params",))["params"]
+
+    (figures, params), (other_figures, other_params) = tuned(0), tuned(7)
+    assert len(figures) == 3 and any("moe_dropped" in k for k in figures[0])
+    assert figures == other_figures
+    for name, value in params.items():
+        np.testing.assert_array_equal(value, other_params[name], err_msg=name)
+    bias = params["blocks.0.mlp.router_bias"]
+    assert np.abs(bias).max() > 0  # the balance bias moved: its update saw the same load in both
 
 
 def test_planted_skew_drops_what_exceeds_the_capacity_and_the_bias_rebalances_it():

@@ -1,7 +1,9 @@
 """Warm starts across an architecture change: QK-norm added to a running model with its optimiser state kept,
-experts added to an MoE, the load lists, the re-warmed schedule, the errors, and an exact resume."""
+experts added to an MoE, the load lists, the re-warmed schedule, the errors, and an exact resume; a launched
+warm start refused before its run folder records anything."""
 
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -9,12 +11,16 @@ from flax import nnx
 from resumed import assert_resumes_bit_identically
 
 from marin_pipelines.train.checkpoint import Checkpoints, flatten, params_sha256
+from marin_pipelines.train.launch_config import TrainLaunch
+from marin_pipelines.train.launched import train_launched
 from marin_pipelines.train.model import Llama, LlamaConfig
 from marin_pipelines.train.moe import MoEConfig
 from marin_pipelines.train.optimizer import make_optimizer
+from marin_pipelines.train.run_config import RunConfig
+from marin_pipelines.train.run_inputs import INPUTS_FILE, OtherTokenizer
 from marin_pipelines.train.train_config import TrainConfig
 from marin_pipelines.train.trainer import _initial_state, train
-from marin_pipelines.train.warm_start import warm_state
+from marin_pipelines.train.warm_start import check_base, warm_state
 
 MODEL = LlamaConfig(vocab_size=32, seq_len=16, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=64)
 RUN = TrainConfig(
@@ -47,6 +53,7 @@ def saved(out) -> tuple[dict, dict]:
 
 def test_qk_norm_warm_start_keeps_every_matching_weight_and_moment_and_rewarms(base, tmp_path):
     qk = MODEL.model_copy(update={"qk_norm": True})
+    check_base(base, qk, RUN, optimizer=True)  # what a launched run checks before it records anything
     fresh = _initial_state(Llama(qk, nnx.Rngs(0)), make_optimizer(RUN), RUN)
     state, record = warm_state(fresh, base, optimizer=True, optimizer_name="adamw")
     base_params, base_state = saved(base)
@@ -166,6 +173,7 @@ def test_experts_grown_under_adamh_keep_the_base_router_and_start_at_its_mean_bi
     adamh = RUN.model_copy(update={"optimizer": "adamh", "learning_rate": 0.1, "steps": 6})
     train(three, adamh, batches, tmp_path / "three", progress=False)
     kwargs = dict(warm_start=tmp_path / "three", warm_start_optimizer=True)
+    check_base(tmp_path / "three", five, adamh, optimizer=True)  # grown experts' leaves and radii pass
     train(five, adamh.model_copy(update=STILL), batches, tmp_path / "five", progress=False, **kwargs)
     base, grown = saved(tmp_path / "three")[0], saved(tmp_path / "five")[0]
     for layer in range(2):
@@ -176,3 +184,68 @@ def test_experts_grown_under_adamh_keep_the_base_router_and_start_at_its_mean_bi
         np.testing.assert_allclose(
             grown[f"blocks.{layer}.mlp.router_bias"], [*bias, bias.mean(), bias.mean()]
         )
+
+
+def launch(token_cache, out, model: dict | None = None, train: dict | None = None, **warm) -> TrainLaunch:
+    """A launched run of MODEL's shape (``model`` overriding) on the token cache, as `train` launches one."""
+    shape = MODEL.model_dump(include={"seq_len", "d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff"})
+    fields = {"steps": 2, "batch_size": 4, "warmup_steps": 1, "checkpoint_every": 2, "peak_flops": 1e10}
+    run = RunConfig(model={**shape, **(model or {})}, train={**fields, **(train or {})})
+    return TrainLaunch(run=run, data=str(token_cache), out=str(out), **warm)
+
+
+@pytest.fixture(scope="module")
+def launched_bases(token_cache, tmp_path_factory) -> dict:
+    """Two launched runs with their tokenizer: MODEL's shape and one with a wider MLP."""
+    folder = tmp_path_factory.mktemp("launched_bases")
+    for name, model in (("base", {}), ("wide", {"d_ff": 96})):
+        train_launched(launch(token_cache, folder / name, model))
+    return {name: str(folder / name) for name in ("base", "wide")}
+
+
+@pytest.mark.parametrize(
+    "refused, message, corrected",
+    [
+        ({"warm_start": "wide"}, r"w_down\.kernel has shape \[96, 32\] in the base", {"warm_start": "base"}),
+        (
+            {"warm_start": "base", "train": {"optimizer": "muon"}},
+            "the base trained with adamw and this run uses muon",
+            {"warm_start": "base", "train": {"optimizer": "muon"}, "warm_start_optimizer": False},
+        ),
+    ],
+    ids=["shape", "optimizer"],
+)
+def test_a_refused_warm_start_records_nothing_and_the_corrected_rerun_runs(
+    launched_bases, token_cache, tmp_path, refused, message, corrected
+):
+    """The base's shapes and optimiser are checked before the folder records its inputs: it recorded them
+    (the refused base among them), then failed in the trainer, and the rerun from the right base was refused
+    as "made from other inputs"."""
+    out = tmp_path / "run"
+
+    def attempt(change: dict) -> dict:
+        return train_launched(
+            launch(token_cache, out, **{**change, "warm_start": launched_bases[change["warm_start"]]})
+        )
+
+    with pytest.raises(ValueError, match=message):
+        attempt(refused)
+    assert not (out / INPUTS_FILE).exists() and not (out / "tokenizer.json").exists()
+    assert not (out / "checkpoints").exists()
+    assert attempt(corrected)["warm_start"]["dir"] == launched_bases[corrected["warm_start"]]
+
+
+def test_a_base_without_its_tokenizer_is_refused_unless_that_is_meant(launched_bases, token_cache, tmp_path):
+    """With no tokenizer.json beside the base its embeddings could stand for other token ids: the check was
+    skipped without a word."""
+    base = tmp_path / "base"
+    shutil.copytree(launched_bases["base"], base)
+    (base / "tokenizer.json").unlink()
+    out = tmp_path / "run"
+    with pytest.raises(OtherTokenizer, match=f"has no tokenizer.json \\({base}/tokenizer.json is missing\\)"):
+        train_launched(launch(token_cache, out, warm_start=str(base)))
+    assert not out.exists()
+    summary = train_launched(launch(token_cache, out, warm_start=str(base), warm_start_other_tokenizer=True))
+    record = summary["warm_start"]["other_tokenizer"]
+    assert record["base"] == f"unchecked: {base}/tokenizer.json is missing"
+    assert record["run"]["from"] == f"{token_cache}/tokenizer.json"
