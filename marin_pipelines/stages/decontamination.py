@@ -51,7 +51,8 @@ def against_content(config: DecontaminateConfig) -> Any:
 
 @stage(
     DecontaminateConfig,
-    revision=2,  # 2: Unicode normalised on both sides; a question-answer item's prompt matched on its own
+    revision=3,  # 2: Unicode normalised on both sides, a question-answer item's prompt matched on its own;
+    # 3: under action mark, a document whose text is null is kept (marked as matching nothing)
     kinds=("parquet",),
     checks=FUNNEL,
     needs=("engine",),
