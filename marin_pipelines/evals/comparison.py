@@ -318,7 +318,7 @@ def tolerance_of(
     if noise is not None:
         return Tolerance(
             SEED_BANDS * math.sqrt(2) * noise.relative,
-            f"none stated, no seeds run here: {SEED_BANDS:g} x sqrt 2 x a run's seed noise "
+            f"no band stated and no seeds run: {SEED_BANDS:g} x sqrt 2 x a run's seed noise "
             f"{noise.relative:.2%}, {noise.source}",
         )
     return Tolerance(None, "none is declared and no seeds were run to measure the noise")

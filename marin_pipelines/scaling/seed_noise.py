@@ -26,6 +26,5 @@ class SeedNoise:
 # 0.61% of it (docs/scaling.md, "Seeds: is the miss noise?"; docs/benchmarks.md)
 MEASURED_SEED_NOISE = SeedNoise(
     0.0061,
-    "scaling_forecast's seed noise: seeds 0-2 of five of its ladder's rungs (2e11-1.6e12 FLOPs, the demo's "
-    "data), a pooled sd of 0.0188 in validation loss, 0.61% (bench/seed_spread.py at 8dd6f53)",
+    "measured on scaling_forecast's seeds by bench/seed_spread.py at 8dd6f53",
 )
