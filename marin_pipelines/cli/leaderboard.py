@@ -36,7 +36,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--sort", help="--evals: the column to rank by (a label; default: the average)")
     parser.add_argument(
         "--average",
-        help="--evals: comma-separated tasks whose headline metric is averaged (default: the standard suite)",
+        help="--evals: comma-separated tasks whose headline metric is averaged (default: what every "
+        "evaluation asks, the scored quick tasks: marin_python_mc,marin_python_cloze,marin_python_qa)",
     )
     parser.add_argument("--experiment", help="--evals: only the rows of this experiment")
     parser.add_argument("--every-metric", action="store_true", help="--evals: every metric of every task")

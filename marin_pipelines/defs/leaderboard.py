@@ -64,7 +64,9 @@ class LeaderboardConfig(Config):
 
     sort: str | None = Field(None, description="a column's label to rank by; none: the average")
     average: list[str] = Field(
-        default_factory=lambda: list(lb.AVERAGE_TASKS), description="tasks whose headline scores are averaged"
+        default_factory=lambda: list(lb.AVERAGE_TASKS),
+        description="tasks whose headline scores are averaged (default: what every evaluation asks, the "
+        "scored quick tasks)",
     )
 
 

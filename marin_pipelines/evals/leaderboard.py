@@ -29,7 +29,7 @@ from typing import Any
 
 import yaml
 
-from marin_pipelines.evals.lm_eval_tasks import SHIPPED_TASKS, SHIPPED_TASKS_DIR, task_scores
+from marin_pipelines.evals.lm_eval_tasks import QUICK_TASKS, SHIPPED_TASKS, SHIPPED_TASKS_DIR, task_scores
 from marin_pipelines.lease import ended_here, read_lease
 from marin_pipelines.store import (
     MANIFEST,
@@ -44,9 +44,11 @@ from marin_pipelines.store import (
 
 VALID, PARTIAL, FAILED, RUNNING, OTHER_VERSION = "valid", "partial", "failed", "running", "other version"
 COMMAND_LINE = "command line"  # the experiment of a run made by `marin-pipelines train` / `sft` / `import-hf`
-# the tasks whose headline metric the average covers unless told otherwise: the standard suite's, less
-# marin_python_text (perplexities, not a score in [0, 1])
-AVERAGE_TASKS = ("marin_python_mc", "marin_python_cloze", "marin_python_qa", "marin_python_doc")
+# the tasks whose headline metric the average covers unless told otherwise: what every evaluated model is
+# asked (every experiment's evaluations run the quick tasks, ``demo.EVALS``; the standard suite too), less
+# marin_python_text (perplexities, not a score in [0, 1]). A task only some experiments run (the SFT
+# experiment's marin_python_doc) would leave every other model without an average.
+AVERAGE_TASKS = tuple(task for task in QUICK_TASKS if task != "marin_python_text")
 SKIPPED_DIRS = (RECORDS, VERSIONS)
 
 
@@ -123,6 +125,7 @@ class Leaderboard:
     versions: dict[str, str]  # task -> the current version
     higher: dict[Column, bool]
     average_of: list[Column] = field(default_factory=list)  # the plain-prompt columns averaged
+    average_tasks: list[str] = field(default_factory=list)  # every task the average requires
     averages: dict[str, float] = field(default_factory=dict)  # model key -> average
     lacking: dict[str, list[str]] = field(default_factory=dict)  # model key -> average tasks it lacks
     sorted_by: str = "average"
@@ -442,6 +445,7 @@ def _average(board: Leaderboard, models: dict[str, Model], evaluated: set[str], 
             known = chosen.get((column.task, column.prompt))
             if known is None or (column.n_shot or 0, column.metric) < (known.n_shot or 0, known.metric):
                 chosen[(column.task, column.prompt)] = column
+    board.average_tasks = list(tasks)
     board.average_of = [chosen[(t, "plain")] for t in tasks if (t, "plain") in chosen]
     for key in evaluated:
         prompt = "chat" if models[key].chat else "plain"
@@ -572,13 +576,29 @@ def markdown(board: Leaderboard, experiment: str | None = None, every_metric: bo
 
 
 def average_note(board: Leaderboard) -> str:
-    if not board.average_of:
-        return "No average: no evaluated model has a task it covers."
-    covered = ", ".join(c.metric for c in board.average_of)
-    missing = len(board.lacking)
+    """Which tasks the average requires, every one named (with its metric where a column has it, else why
+    not), and for how many models."""
+    if not board.average_tasks:
+        return f"No average: no task to average. Sorted by {board.sorted_by}."
+    metric = {c.task: c.metric for c in board.average_of}
+
+    def name(task: str) -> str:
+        if task in metric:
+            return metric[task]
+        prompts = {c.prompt for c in board.columns if c.task == task}
+        if "chat" in prompts and "plain" not in prompts:
+            return f"{task} (chat prompts only)"
+        return f"{task} ({'no score in [0, 1]' if prompts else 'no column: no model was evaluated on it'})"
+
+    named = [name(t) for t in board.average_tasks]
+    if not board.averages:
+        return (
+            f"No average: no model has a valid result of every one of {', '.join(named)}. "
+            f"Sorted by {board.sorted_by}."
+        )
     return (
-        f"average: the mean of {covered} (chat models' through their template), for the "
-        f"{len(board.averages)} models that have a valid result of every one; {missing} lack one. "
+        f"average: the mean of {', '.join(named)} (chat models' through their template), for the "
+        f"{len(board.averages)} models that have a valid result of every one; {len(board.lacking)} lack one. "
         f"Sorted by {board.sorted_by}."
     )
 
@@ -619,7 +639,11 @@ def as_json(board: Leaderboard) -> dict[str, Any]:
                 "scores": scores,
             }
         )
-    average = {"of": [c.label for c in board.average_of], "models": len(board.averages)}
+    average = {
+        "tasks": board.average_tasks,
+        "of": [c.label for c in board.average_of],
+        "models": len(board.averages),
+    }
     return {
         "rows": rows,
         "columns": columns,

@@ -162,14 +162,41 @@ def test_the_average_covers_only_models_with_every_task_and_says_which(store):
     full, short = run(store, "exp/checkpoint_full", "v"), run(store, "exp/checkpoint_short", "v")
     evaluation(store, "exp/eval_full", "e1", full, lm_eval_results(dict.fromkeys(TASKS, 0.4)), list(TASKS))
     evaluation(
-        store, "exp/eval_short", "e2", short, lm_eval_results(dict.fromkeys(TASKS[:3], 0.9)), list(TASKS[:3])
+        store, "exp/eval_short", "e2", short, lm_eval_results(dict.fromkeys(TASKS[:2], 0.9)), list(TASKS[:2])
     )
     board = lb.leaderboard(store)
     assert board.averages == {full: pytest.approx(0.4)}
-    assert board.lacking == {short: ["marin_python_doc"]}
+    assert board.lacking == {short: ["marin_python_qa"]}
     assert [c.metric for c in board.average_of] == [f"{t}/{METRIC[t]}" for t in TASKS]
     assert [m.key for m in board.models] == [full, short]  # ranked by the average, the incomplete last
     assert "for the 1 models that have a valid result of every one; 1 lack one" in lb.markdown(board)
+
+
+def test_the_default_average_is_over_what_every_experiments_evaluation_asks(store):
+    """Every experiment's evaluations run the demo's quick tasks; the SFT experiment's marin_python_doc is not
+    among them, so a default average requiring it would leave every other model without one."""
+    from marin_pipelines.evals.standard_suite import STANDARD_TASKS
+    from marin_pipelines.experiments import demo
+
+    assert set(lb.AVERAGE_TASKS) <= set(demo.EVALS["tasks"]) & set(STANDARD_TASKS)
+    m = run(store, "exp/checkpoint", "v")
+    evaluation(store, "exp/eval", "e1", m, lm_eval_results(dict.fromkeys(TASKS, 0.5)), list(TASKS))
+    assert lb.leaderboard(store).averages == {m: pytest.approx(0.5)}
+    chosen = lb.leaderboard(store, average=["marin_python_mc", "marin_python_doc"])  # --average still chooses
+    assert chosen.averages == {} and chosen.lacking == {m: ["marin_python_doc"]}
+
+
+def test_the_average_note_names_every_task_it_requires_and_why_one_has_no_column(store):
+    m = run(store, "exp/checkpoint", "v")
+    evaluation(store, "exp/eval", "e1", m, lm_eval_results(dict.fromkeys(TASKS, 0.5)), list(TASKS))
+    board = lb.leaderboard(store, average=[*TASKS, "marin_python_doc"])
+    note = lb.average_note(board)
+    assert note.startswith(
+        "No average: no model has a valid result of every one of marin_python_mc/acc, "
+        "marin_python_cloze/acc, "
+        "marin_python_qa/exact_match, marin_python_doc (no column: no model was evaluated on it)."
+    )
+    assert lb.as_json(board)["average"]["tasks"] == [*TASKS, "marin_python_doc"]
 
 
 def test_two_experiments_one_version_reused_one_row_with_both_names(store):
