@@ -109,7 +109,7 @@ def new_runs_sensor(job_name: str) -> SensorDefinition:
         context: SensorEvaluationContext, store: ArtifactStoreResource
     ) -> SensorResult | SkipReason:
         artifacts = store.store()
-        runs, *_ = lb.read_store(artifacts)
+        runs = lb.finished_runs(artifacts)  # no evaluation's results read: cheap on a bucket
         asked = set(json.loads(context.cursor)) if context.cursor else set()
         requests, new = [], []
         for key, run in sorted(runs.items()):

@@ -297,18 +297,21 @@ def _scores(
 UNREADABLE = (ValueError, KeyError, TypeError, AttributeError)  # a record that is not JSON, or not its shape
 
 
-def read_store(store: ArtifactStore) -> tuple[dict[str, Model], list[Score], dict[str, str]]:
-    """Every finished run and every evaluation's scores in the store, and the evaluations skipped (folder ->
-    why: a record that is not JSON or lacks what an evaluation records), which the table counts."""
+def _scan(
+    store: ArtifactStore, evaluations: list[tuple[str, dict[str, Any] | None]] | None = None
+) -> tuple[dict[str, Model], dict[str, str]]:
+    """Every finished run in the store with its names and experiments, and each alias folder's original;
+    with ``evaluations``, the evaluation folders found are appended to it (their results not read)."""
     models: dict[str, Model] = {}
     aliases: dict[str, list[str]] = {}  # model key -> further step names (one version reused)
     alias_of: dict[str, str] = {}  # an alias folder -> the key of the output it names
-    evaluations: list[tuple[str, dict[str, Any] | None]] = []
     for relative, files in _walk(store):
         if relative.endswith(".work"):
-            if "eval_launch.json" in files:
+            if "eval_launch.json" in files and evaluations is not None:
                 evaluations.append((relative, None))
             continue
+        if evaluations is None and "eval_launch.json" in files:
+            continue  # an evaluation: not even its manifest read
         manifest = _read_json(store, f"{relative}/{MANIFEST}") if MANIFEST in files else None
         if manifest and manifest.get(SAME_AS):
             folder = relative.rsplit("/", 2)[-2]  # by name, not url: a copied store reads its own copy
@@ -318,7 +321,7 @@ def read_store(store: ArtifactStore) -> tuple[dict[str, Model], list[Score], dic
         elif "train.json" in files and "model.json" in files:
             if (model := _model(store, relative, manifest)) is not None:
                 models[relative] = model
-        elif manifest and "eval_launch.json" in files and "results.json" in files:
+        elif evaluations is not None and manifest and {"eval_launch.json", "results.json"} <= set(files):
             evaluations.append((relative, manifest))
     experiments = _step_experiments(store)
     for key, model in models.items():
@@ -328,6 +331,21 @@ def read_store(store: ArtifactStore) -> tuple[dict[str, Model], list[Score], dic
         model.experiments = sorted(set(found)) or ([COMMAND_LINE] if model.names == [key] else [])
     for model in models.values():
         model.total_flops = _total_flops(model, models)
+    return models, alias_of
+
+
+def finished_runs(store: ArtifactStore) -> dict[str, Model]:
+    """Every finished run in the store, by key, with its names and experiments: what the sensor needs, at
+    the cost of a walk and each run's records, no evaluation's results read (``read_store`` reads every
+    ``results.json``, which on a bucket is a request each)."""
+    return _scan(store)[0]
+
+
+def read_store(store: ArtifactStore) -> tuple[dict[str, Model], list[Score], dict[str, str]]:
+    """Every finished run and every evaluation's scores in the store, and the evaluations skipped (folder ->
+    why: a record that is not JSON or lacks what an evaluation records), which the table counts."""
+    evaluations: list[tuple[str, dict[str, Any] | None]] = []
+    models, alias_of = _scan(store, evaluations)
     scores: list[Score] = []
     skipped: dict[str, str] = {}
     for relative, manifest in evaluations:

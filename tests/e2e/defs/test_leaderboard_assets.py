@@ -12,6 +12,7 @@ from dagster import (
     AssetMaterialization,
     DagsterInstance,
     Definitions,
+    SensorResult,
     SkipReason,
     build_sensor_context,
     evaluate_automation_conditions,
@@ -52,6 +53,12 @@ def cli_store(tiny_store: str, tmp_path: Path) -> ArtifactStore:
     return ArtifactStore(tmp_path / "store")
 
 
+def apply_partitions(instance: DagsterInstance, result: SensorResult) -> None:
+    """What the daemon does with a sensor's dynamic partition requests."""
+    for request in result.dynamic_partitions_requests or []:
+        instance.add_dynamic_partitions(request.partitions_def_name, list(request.partition_keys))
+
+
 def test_a_run_made_by_the_command_line_is_evaluated_once_by_itself(cli_store):
     parts = leaderboard_definitions([], None)
     sensor = next(s for s in parts["sensors"] if s.name == "new_runs_evaluated")
@@ -62,7 +69,8 @@ def test_a_run_made_by_the_command_line_is_evaluated_once_by_itself(cli_store):
     result = sensor(build_sensor_context(instance=instance, resources=resources))
     assert [r.partition_key for r in result.run_requests] == ["runs/mine"]
     assert result.run_requests[0].tags["marin/experiment"] == lb.COMMAND_LINE
-    instance.add_dynamic_partitions(RUNS.name, ["runs/mine"])
+    apply_partitions(instance, result)
+    assert instance.get_dynamic_partitions(RUNS.name) == ["runs/mine"]
     again = sensor(build_sensor_context(instance=instance, resources=resources, cursor=result.cursor))
     assert isinstance(again, SkipReason)  # asked for already: not asked again while it runs
 
@@ -80,6 +88,28 @@ def test_a_run_made_by_the_command_line_is_evaluated_once_by_itself(cli_store):
     qa = next(s for (k, c), s in board.cells.items() if c.metric == "marin_python_qa/exact_match")
     assert qa.status == lb.VALID and qa.evaluation.startswith("leaderboard/standard_eval/runs/mine/")
     assert any(c.metric == "bpb" for c in board.columns)  # on the cache it trained on
+
+
+def test_a_run_landing_after_the_first_was_requested_is_requested_alone_and_once(cli_store, monkeypatch):
+    def read_store(_):
+        raise AssertionError("the sensor reads every evaluation's results")
+
+    monkeypatch.setattr(lb, "read_store", read_store)  # it lists the finished runs only
+    sensor = next(s for s in leaderboard_definitions([], None)["sensors"] if s.name == "new_runs_evaluated")
+    instance = DagsterInstance.ephemeral()
+    resources = {"store": ArtifactStoreResource(root=cli_store.root)}
+    first = sensor(build_sensor_context(instance=instance, resources=resources))
+    apply_partitions(instance, first)
+    shutil.copytree(Path(cli_store.root, "runs", "mine"), Path(cli_store.root, "runs", "later"))
+
+    second = sensor(build_sensor_context(instance=instance, resources=resources, cursor=first.cursor))
+    assert [r.partition_key for r in second.run_requests] == ["runs/later"]  # not the first again
+    [added] = second.dynamic_partitions_requests
+    assert list(added.partition_keys) == ["runs/later"]
+    apply_partitions(instance, second)
+    assert sorted(instance.get_dynamic_partitions(RUNS.name)) == ["runs/later", "runs/mine"]
+    third = sensor(build_sensor_context(instance=instance, resources=resources, cursor=second.cursor))
+    assert isinstance(third, SkipReason) and "among the 2 finished" in third.skip_message
 
 
 def test_the_leaderboard_rebuilds_when_an_evaluation_lands_and_opens_with_its_table(evaluated_store):

@@ -275,3 +275,15 @@ def test_an_unreadable_evaluation_is_skipped_counted_and_named(store):
     )
     assert "1 evaluations skipped, unreadable (the first: exp/eval_torn/_/e2" in lb.markdown(board)
     assert lb.as_json(board)["skipped"] == board.skipped
+
+
+def test_the_finished_runs_are_listed_without_reading_any_evaluations_results(store, monkeypatch):
+    m = run(store, "exp/checkpoint", "aaa")
+    evaluation(store, "exp/eval", "e1", m, lm_eval_results({"marin_python_mc": 0.5}), ["marin_python_mc"])
+    read = []
+    real = ArtifactStore.read_text
+    monkeypatch.setattr(ArtifactStore, "read_text", lambda self, rel: read.append(rel) or real(self, rel))
+    assert list(lb.finished_runs(store)) == [m]
+    assert not [r for r in read if r.endswith("results.json") or r.startswith("exp/eval")]
+    lb.read_store(store)
+    assert "exp/eval/_/e1/results.json" in read  # the table does read them
