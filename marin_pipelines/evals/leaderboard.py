@@ -328,10 +328,18 @@ def _scan(
         model.names += aliases.get(key, [])
         version = key.rsplit("/", 1)[-1]
         found = [e for name in model.names for e in experiments.get((name, version), [])]
-        model.experiments = sorted(set(found)) or ([COMMAND_LINE] if model.names == [key] else [])
+        model.experiments = sorted(set(found)) or _named_experiments(model)
     for model in models.values():
         model.total_flops = _total_flops(model, models)
     return models, alias_of
+
+
+def _named_experiments(model: Model) -> list[str]:
+    """The experiments of a run no stored execution record declares (made before records were kept, or
+    their records lost): those its step names are under (a step is named ``experiment/step``); a folder no
+    step made (no manifest: its name is its place) is the command line's."""
+    steps = [] if model.names == [model.key] else model.names
+    return sorted({name.split("/", 1)[0] for name in steps if "/" in name}) or [COMMAND_LINE]
 
 
 def finished_runs(store: ArtifactStore) -> dict[str, Model]:

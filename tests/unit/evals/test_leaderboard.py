@@ -287,3 +287,14 @@ def test_the_finished_runs_are_listed_without_reading_any_evaluations_results(st
     assert not [r for r in read if r.endswith("results.json") or r.startswith("exp/eval")]
     lb.read_store(store)
     assert "exp/eval/_/e1/results.json" in read  # the table does read them
+
+
+def test_a_run_no_record_declares_belongs_to_the_experiment_its_step_is_named_under(store):
+    m = run(store, "zloss_ablation/checkpoint_zloss_0", "aaa")  # no execution record in the store
+    evaluation(
+        store, "zloss_ablation/eval", "e1", m, lm_eval_results({"marin_python_mc": 0.5}), ["marin_python_mc"]
+    )
+    board = lb.leaderboard(store)
+    [row] = board.models
+    assert row.experiments == ["zloss_ablation"] and row.experiment == "zloss_ablation"
+    assert "zloss_ablation/checkpoint_zloss_0" in lb.markdown(board, experiment="zloss_ablation")
