@@ -61,8 +61,12 @@ class Model:
     experiments: list[str]
     run: str  # where it lives
     partition: str | None = None  # a ladder's rung: budget|size
-    params: int | None = None
-    active_params: int | None = None
+    version: str | None = None  # a step's output: the version its folder is named by (none for a command's)
+    # parameters on the bases the project uses: the total with embeddings (a run's summary: ``params``),
+    # those one token uses with embeddings (``active_params``; less for MoE only), and the non-embedding
+    # count that forecasts and comparisons use
+    total_params: int | None = None
+    total_active_params: int | None = None
     non_embedding_params: int | None = None
     tokens: int | None = None
     flops: float | None = None  # its own training
@@ -196,8 +200,9 @@ def _model(store: ArtifactStore, relative: str, manifest: dict[str, Any] | None)
         experiments=[],
         run=f"{store.root}/{relative}",
         partition=(manifest or {}).get("partition"),
-        params=summary.get("params"),
-        active_params=summary.get("active_params"),
+        version=(manifest or {}).get("version"),
+        total_params=summary.get("params"),
+        total_active_params=summary.get("active_params"),
         non_embedding_params=summary.get("non_embedding_params"),
         tokens=summary.get("tokens_seen"),
         flops=summary.get("flops"),
@@ -565,26 +570,32 @@ def headline_columns(board: Leaderboard) -> list[Column]:
     return [column for _, column in chosen.values()]
 
 
+# the parameters shown: the total with embeddings (and, where fewer, those one token uses: an MoE's), as a
+# run's summary counts them; the JSON and parquet have non_embedding_params, the base of forecasts
+PARAMS_HEADING = "params (total, active)"
+
+
 def markdown(board: Leaderboard, experiment: str | None = None, every_metric: bool = False) -> str:
     """The table, best first; ``experiment`` keeps the rows of one experiment (the column to filter on).
     Each task's headline metric only, unless ``every_metric``."""
     models = [m for m in board.models if experiment is None or experiment in m.experiments]
     columns = board.columns if every_metric else headline_columns(board)
     names = {m.key: m.names[0] for m in board.models}
-    head = ["rank", "model", "experiment", "params (active)", "tokens", "FLOPs", "average"]
+    head = ["rank", "model", "version", "experiment", PARAMS_HEADING, "tokens", "FLOPs", "average"]
     head += [column_heading(board, c) for c in columns]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for rank, m in enumerate(models, 1):
         params = (
             ""
-            if m.params is None
-            else f"{m.params:,}"
-            + (f" ({m.active_params:,})" if m.active_params not in (None, m.params) else "")
+            if m.total_params is None
+            else f"{m.total_params:,}"
+            + (f" ({m.total_active_params:,})" if m.total_active_params not in (None, m.total_params) else "")
         )
         rung = f" [{m.partition.replace('|', ' ')}]" if m.partition else ""
         row = [
             str(rank),
             " = ".join(m.names) + rung + (f" (from {names.get(m.base, m.base)})" if m.base else ""),
+            m.version or "",
             ", ".join(m.experiments),
             params,
             "" if m.tokens is None else f"{m.tokens:,}",
@@ -690,8 +701,10 @@ def to_polars(board: Leaderboard) -> Any:
             "model": m.key,
             "names": " = ".join(m.names),
             "experiments": ", ".join(m.experiments),
-            "params": m.params,
-            "active_params": m.active_params,
+            "version": m.version,
+            "total_params": m.total_params,
+            "total_active_params": m.total_active_params,
+            "non_embedding_params": m.non_embedding_params,
             "tokens": m.tokens,
             "flops": m.total_flops,
             "base": m.base,

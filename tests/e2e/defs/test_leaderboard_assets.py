@@ -126,7 +126,7 @@ def test_the_leaderboard_rebuilds_when_an_evaluation_lands_and_opens_with_its_ta
     done = materialize([board], resources=default_resources(evaluated_store))
     metadata = done.asset_materializations_for_node("leaderboard")[0].metadata
     assert list(metadata)[0] == "leaderboard"  # the table first
-    assert "tiny/run" in metadata["leaderboard"].value and "| rank | model | experiment |" in (
+    assert "tiny/run" in metadata["leaderboard"].value and "| rank | model | version | experiment |" in (
         metadata["leaderboard"].value
     )
     table = json.loads(Path(metadata["path"].value, lb.DATA).read_text())

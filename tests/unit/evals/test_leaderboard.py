@@ -298,3 +298,28 @@ def test_a_run_no_record_declares_belongs_to_the_experiment_its_step_is_named_un
     [row] = board.models
     assert row.experiments == ["zloss_ablation"] and row.experiment == "zloss_ablation"
     assert "zloss_ablation/checkpoint_zloss_0" in lb.markdown(board, experiment="zloss_ablation")
+
+
+def test_two_versions_of_one_step_show_their_versions_and_params_say_their_base(store):
+    """Trained twice under one name (before the version index), two rows that differ by their version; the
+    parameters are labelled with their base (the total with embeddings), the JSON's and parquet's keys too."""
+    old, new = run(store, "exp/checkpoint", "0123456789ab"), run(store, "exp/checkpoint", "ba9876543210")
+    for i, m in enumerate((old, new)):
+        evaluation(
+            store, f"exp/eval_{i}", f"e{i}", m, lm_eval_results({"marin_python_mc": 0.5}), ["marin_python_mc"]
+        )
+    board = lb.leaderboard(store)
+    table = lb.markdown(board)
+    assert "| rank | model | version | experiment | params (total, active) |" in table
+    rows = [line for line in table.splitlines() if line.startswith("| 1 ") or line.startswith("| 2 ")]
+    assert sorted(row.split(" | ")[2] for row in rows) == ["0123456789ab", "ba9876543210"]
+    row = lb.as_json(board)["rows"][0]
+    assert (row["version"], row["total_params"], row["total_active_params"], row["non_embedding_params"]) == (
+        "0123456789ab",
+        1000,
+        1000,
+        100,
+    )
+    frame = lb.to_polars(board)
+    assert {"version", "total_params", "total_active_params", "non_embedding_params"} <= set(frame.columns)
+    assert "params" not in frame.columns and "active_params" not in frame.columns
