@@ -63,6 +63,11 @@ class LeaderboardConfig(Config):
     """How the table ranks and averages (the launchpad's config; automation takes the defaults)."""
 
     sort: str | None = Field(None, description="a column's label to rank by; none: the average")
+    experiment: str | None = Field(
+        None,
+        description="the table keeps this experiment's rows only (the experiment column's value; the JSON "
+        "and parquet keep every row); none: every experiment",
+    )
     average: list[str] = Field(
         default_factory=lambda: list(lb.AVERAGE_TASKS),
         description="tasks whose headline scores are averaged (default: what every evaluation asks, the "
@@ -85,7 +90,9 @@ def leaderboard_asset(evaluations: Iterable[AssetKey]) -> AssetsDefinition:
     )
     def leaderboard(context: AssetExecutionContext, config: LeaderboardConfig) -> MaterializeResult:
         store: ArtifactStore = context.resources.store.store()
-        artifact, reused = lb.write_leaderboard(store, sort=config.sort, average=config.average)
+        artifact, reused = lb.write_leaderboard(
+            store, experiment=config.experiment, sort=config.sort, average=config.average
+        )
         context.log.info(f"leaderboard: {artifact.metadata['models']} models ({artifact.url})")
         return MaterializeResult(metadata=dagster_metadata(artifact, reused))
 

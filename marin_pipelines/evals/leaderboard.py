@@ -606,6 +606,8 @@ def markdown(board: Leaderboard, experiment: str | None = None, every_metric: bo
         lines.append("| " + " | ".join(row) + " |")
     hidden = len(board.columns) - len(columns)
     more = f" {hidden} more metrics in the JSON and parquet tables." if hidden else ""
+    if experiment is not None:
+        more += f" The {len(models)} of {len(board.models)} models of experiment {experiment} only."
     if board.skipped:
         first = next(iter(board.skipped.items()))
         more += f" {len(board.skipped)} evaluations skipped, unreadable (the first: {first[0]}: {first[1]})."
@@ -783,26 +785,30 @@ LEADERBOARD = ["leaderboard"]  # its place in the store
 TABLE, PLOT, DATA = "leaderboard.parquet", "leaderboard.png", "leaderboard.json"
 
 
-def write_leaderboard(store: ArtifactStore, **options: Any) -> tuple[Artifact, bool]:
+def write_leaderboard(
+    store: ArtifactStore, experiment: str | None = None, **options: Any
+) -> tuple[Artifact, bool]:
     """The leaderboard of ``store`` as an output of its own (the table as JSON and parquet, its plot, and
     the markdown table in its metadata), versioned by what it shows: nothing new in the store, nothing
-    rewritten. Returns it and whether it was there already."""
+    rewritten. ``experiment``: the markdown table keeps that experiment's rows only (the JSON and parquet
+    keep every row, with its experiments, to filter on). Returns it and whether it was there already."""
     board = leaderboard(store, **options)
     data = as_json(board)
-    version = version_hash(data)
+    version = version_hash(data if experiment is None else {**data, "shown": experiment})
     found = store.get(LEADERBOARD, version)
     if found is not None:
         return found, True
     with store.write(LEADERBOARD, version) as out:
         (out.path / DATA).write_text(json.dumps(data, indent=1))
         to_polars(board).write_parquet(out.path / TABLE)
-        out.metadata["markdown"] = {"leaderboard": markdown(board)}
+        out.metadata["markdown"] = {"leaderboard": markdown(board, experiment=experiment)}
         if plot(board, out.path / PLOT):
             out.metadata["plots"] = {"each score against training FLOPs, with the Pareto front": PLOT}
         out.metadata.update(
             models=len(board.models),
             columns=len(board.columns),
             average_of=[c.label for c in board.average_of],
+            experiment=experiment or "every one",
             table=f"{store.url(LEADERBOARD, version)}/{TABLE}",
         )
     artifact = store.get(LEADERBOARD, version)

@@ -133,6 +133,11 @@ def test_the_leaderboard_rebuilds_when_an_evaluation_lands_and_opens_with_its_ta
     assert [r["names"] for r in table["rows"]] == [["tiny/run"]]
     assert Path(metadata["table"].value).is_file()
 
+    config = {"ops": {"leaderboard": {"config": {"experiment": "another"}}}}  # the launchpad's filter
+    done = materialize([board], resources=default_resources(evaluated_store), run_config=config)
+    shown = done.asset_materializations_for_node("leaderboard")[0].metadata["leaderboard"].value
+    assert "tiny/run" not in shown and "The 0 of 1 models of experiment another only." in shown
+
 
 def test_the_sensor_is_off_on_a_laptop_and_on_in_production(monkeypatch):
     from dagster import DefaultSensorStatus

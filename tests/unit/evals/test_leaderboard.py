@@ -323,3 +323,17 @@ def test_two_versions_of_one_step_show_their_versions_and_params_say_their_base(
     frame = lb.to_polars(board)
     assert {"version", "total_params", "total_active_params", "non_embedding_params"} <= set(frame.columns)
     assert "params" not in frame.columns and "active_params" not in frame.columns
+
+
+def test_the_written_leaderboard_table_keeps_one_experiments_rows_when_asked(store):
+    a, b = run(store, "first/checkpoint", "v1"), run(store, "second/checkpoint", "v2")
+    for i, m in enumerate((a, b)):
+        evaluation(
+            store, f"x/eval_{i}", f"e{i}", m, lm_eval_results({"marin_python_mc": 0.5}), ["marin_python_mc"]
+        )
+    every, _ = lb.write_leaderboard(store)
+    first, reused = lb.write_leaderboard(store, experiment="first")
+    assert not reused and first.version != every.version  # another table, not the unfiltered one again
+    shown = first.metadata["markdown"]["leaderboard"]
+    assert "first/checkpoint" in shown and "second/checkpoint" not in shown
+    assert len(json.loads((first.path / lb.DATA).read_text())["rows"]) == 2  # the data keeps every row
