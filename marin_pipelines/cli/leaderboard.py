@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 
@@ -63,7 +64,8 @@ def print_evals(args: argparse.Namespace) -> int:
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
         lb.to_polars(board).write_parquet(args.out / "leaderboard.parquet")
-        lb.plot(board, args.out / "leaderboard.png")
+        if not lb.plot(board, args.out / "leaderboard.png"):
+            print("no leaderboard.png: no column has two models with training FLOPs", file=sys.stderr)
     if args.json:
         print(json.dumps(lb.as_json(board)))
     else:

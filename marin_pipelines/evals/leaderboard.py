@@ -134,6 +134,7 @@ class Leaderboard:
     lacking: dict[str, list[str]] = field(default_factory=dict)  # model key -> average tasks it lacks
     sorted_by: str = "average"
     skipped: dict[str, str] = field(default_factory=dict)  # evaluation folder -> why it was not read
+    names: dict[str, str] = field(default_factory=dict)  # every run's key -> its first name (a base's too)
 
 
 # --- reading the store ---------------------------------------------------------------------------------
@@ -386,9 +387,11 @@ def _evaluation_scores(
 
 
 def _total_flops(model: Model, models: dict[str, Model]) -> float | None:
+    """Its training FLOPs with its base's (and the base's base's); None where one is unknown (a base not in
+    the store, or without a count): its own alone would understate what it cost."""
     total, seen, at = 0.0, set(), model
     while at is not None and at.key not in seen:
-        if at.flops is None:
+        if at.flops is None or (at.base and at.base not in models):
             return None
         total, seen = total + at.flops, seen | {at.key}
         at = models.get(at.base) if at.base else None
@@ -457,7 +460,9 @@ def build(
                 candidates += [s for s in failures if s.model == key and s.column == failed]
             if candidates:
                 cells[(key, column)] = newest_valid(candidates, versions.get(column.task or ""))
-    board = Leaderboard([], columns, cells, versions, higher)
+    board = Leaderboard(
+        [], columns, cells, versions, higher, names={k: m.names[0] for k, m in models.items()}
+    )
     _average(board, models, evaluated, average)
     board.models = _ranked(board, [models[k] for k in evaluated], sort)
     return board
@@ -580,7 +585,7 @@ def markdown(board: Leaderboard, experiment: str | None = None, every_metric: bo
     Each task's headline metric only, unless ``every_metric``."""
     models = [m for m in board.models if experiment is None or experiment in m.experiments]
     columns = board.columns if every_metric else headline_columns(board)
-    names = {m.key: m.names[0] for m in board.models}
+    names = {**board.names, **{m.key: m.names[0] for m in board.models}}
     head = ["rank", "model", "version", "experiment", PARAMS_HEADING, "tokens", "FLOPs", "average"]
     head += [column_heading(board, c) for c in columns]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]

@@ -337,3 +337,56 @@ def test_the_written_leaderboard_table_keeps_one_experiments_rows_when_asked(sto
     shown = first.metadata["markdown"]["leaderboard"]
     assert "first/checkpoint" in shown and "second/checkpoint" not in shown
     assert len(json.loads((first.path / lb.DATA).read_text())["rows"]) == 2  # the data keeps every row
+
+
+def two_experiments(store: ArtifactStore) -> tuple[str, str]:
+    """Two runs of two experiments (by their step names), each scored on the average's tasks."""
+    a, b = run(store, "first/checkpoint", "v1", flops=2e11), run(store, "second/checkpoint", "v2", flops=4e11)
+    for i, (m, score) in enumerate(((a, 0.3), (b, 0.6))):
+        evaluation(
+            store, f"x/eval_{i}", f"e{i}", m, lm_eval_results(dict.fromkeys(TASKS, score)), list(TASKS)
+        )
+    return a, b
+
+
+def test_the_command_prints_the_table_or_one_json_object_filtered_and_writes_its_files(
+    store, tmp_path, capsys
+):
+    from marin_pipelines.cli import main
+
+    a, b = two_experiments(store)
+    assert main(["leaderboard", "--evals", "--store-root", store.root]) == 0
+    table = capsys.readouterr().out
+    assert "| rank | model | version | experiment |" in table
+    assert table.index("second/checkpoint") < table.index("first/checkpoint")  # best average first
+
+    assert main(["leaderboard", "--evals", "--json", "--store-root", store.root]) == 0
+    data = json.loads(capsys.readouterr().out)  # exactly one JSON object on stdout
+    assert [r["key"] for r in data["rows"]] == [b, a]
+    assert {c["label"] for c in data["columns"]} >= {"marin_python_mc/acc", "marin_python_qa/exact_match"}
+
+    first = ["leaderboard", "--evals", "--json", "--experiment", "first", "--store-root", store.root]
+    assert main(first) == 0 and [r["key"] for r in json.loads(capsys.readouterr().out)["rows"]] == [a]
+
+    out = tmp_path / "lb"
+    assert main(["leaderboard", "--evals", "--out", str(out), "--store-root", store.root]) == 0
+    assert (out / "leaderboard.parquet").is_file() and (out / "leaderboard.png").is_file()
+
+
+def test_the_plot_is_drawn_and_lands_in_the_leaderboards_metadata(store):
+    two_experiments(store)
+    artifact, _ = lb.write_leaderboard(store)
+    assert list(artifact.metadata["plots"].values()) == [lb.PLOT]
+    assert (artifact.path / lb.PLOT).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_fine_tune_names_its_base_and_counts_its_bases_flops(store):
+    base = run(store, "exp/checkpoint", "b", flops=1e12)
+    tuned = run(store, "exp/sft_checkpoint", "s", flops=1e10, base=base)
+    orphan = run(store, "exp/sft_elsewhere", "o", flops=1e10, base="gone/checkpoint/_/x")
+    runs = lb.finished_runs(store)
+    assert (runs[tuned].base, runs[tuned].chat) == (base, True)
+    assert runs[tuned].total_flops == pytest.approx(1.01e12) and runs[base].total_flops == 1e12
+    assert runs[orphan].total_flops is None  # its base's FLOPs unknown: not its own alone
+    evaluation(store, "exp/eval", "e1", tuned, lm_eval_results({"marin_python_mc": 0.5}), ["marin_python_mc"])
+    assert "exp/sft_checkpoint (from exp/checkpoint)" in lb.markdown(lb.leaderboard(store))
