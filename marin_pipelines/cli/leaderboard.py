@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 
@@ -36,7 +37,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--sort", help="--evals: the column to rank by (a label; default: the average)")
     parser.add_argument(
         "--average",
-        help="--evals: comma-separated tasks whose headline metric is averaged (default: the standard suite)",
+        help="--evals: comma-separated tasks whose headline metric is averaged (default: what every "
+        "evaluation asks, the scored quick tasks: marin_python_mc,marin_python_cloze,marin_python_qa)",
     )
     parser.add_argument("--experiment", help="--evals: only the rows of this experiment")
     parser.add_argument("--every-metric", action="store_true", help="--evals: every metric of every task")
@@ -62,7 +64,8 @@ def print_evals(args: argparse.Namespace) -> int:
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
         lb.to_polars(board).write_parquet(args.out / "leaderboard.parquet")
-        lb.plot(board, args.out / "leaderboard.png")
+        if not lb.plot(board, args.out / "leaderboard.png"):
+            print("no leaderboard.png: no column has two models with training FLOPs", file=sys.stderr)
     if args.json:
         print(json.dumps(lb.as_json(board)))
     else:

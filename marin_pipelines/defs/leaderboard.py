@@ -63,8 +63,15 @@ class LeaderboardConfig(Config):
     """How the table ranks and averages (the launchpad's config; automation takes the defaults)."""
 
     sort: str | None = Field(None, description="a column's label to rank by; none: the average")
+    experiment: str | None = Field(
+        None,
+        description="the table keeps this experiment's rows only (the experiment column's value; the JSON "
+        "and parquet keep every row); none: every experiment",
+    )
     average: list[str] = Field(
-        default_factory=lambda: list(lb.AVERAGE_TASKS), description="tasks whose headline scores are averaged"
+        default_factory=lambda: list(lb.AVERAGE_TASKS),
+        description="tasks whose headline scores are averaged (default: what every evaluation asks, the "
+        "scored quick tasks)",
     )
 
 
@@ -83,7 +90,9 @@ def leaderboard_asset(evaluations: Iterable[AssetKey]) -> AssetsDefinition:
     )
     def leaderboard(context: AssetExecutionContext, config: LeaderboardConfig) -> MaterializeResult:
         store: ArtifactStore = context.resources.store.store()
-        artifact, reused = lb.write_leaderboard(store, sort=config.sort, average=config.average)
+        artifact, reused = lb.write_leaderboard(
+            store, experiment=config.experiment, sort=config.sort, average=config.average
+        )
         context.log.info(f"leaderboard: {artifact.metadata['models']} models ({artifact.url})")
         return MaterializeResult(metadata=dagster_metadata(artifact, reused))
 
@@ -107,7 +116,7 @@ def new_runs_sensor(job_name: str) -> SensorDefinition:
         context: SensorEvaluationContext, store: ArtifactStoreResource
     ) -> SensorResult | SkipReason:
         artifacts = store.store()
-        runs, *_ = lb.read_store(artifacts)
+        runs = lb.finished_runs(artifacts)  # no evaluation's results read: cheap on a bucket
         asked = set(json.loads(context.cursor)) if context.cursor else set()
         requests, new = [], []
         for key, run in sorted(runs.items()):

@@ -29,7 +29,7 @@ from typing import Any
 
 import yaml
 
-from marin_pipelines.evals.lm_eval_tasks import SHIPPED_TASKS, SHIPPED_TASKS_DIR, task_scores
+from marin_pipelines.evals.lm_eval_tasks import QUICK_TASKS, SHIPPED_TASKS, SHIPPED_TASKS_DIR, task_scores
 from marin_pipelines.lease import ended_here, read_lease
 from marin_pipelines.store import (
     MANIFEST,
@@ -44,9 +44,11 @@ from marin_pipelines.store import (
 
 VALID, PARTIAL, FAILED, RUNNING, OTHER_VERSION = "valid", "partial", "failed", "running", "other version"
 COMMAND_LINE = "command line"  # the experiment of a run made by `marin-pipelines train` / `sft` / `import-hf`
-# the tasks whose headline metric the average covers unless told otherwise: the standard suite's, less
-# marin_python_text (perplexities, not a score in [0, 1])
-AVERAGE_TASKS = ("marin_python_mc", "marin_python_cloze", "marin_python_qa", "marin_python_doc")
+# the tasks whose headline metric the average covers unless told otherwise: what every evaluated model is
+# asked (every experiment's evaluations run the quick tasks, ``demo.EVALS``; the standard suite too), less
+# marin_python_text (perplexities, not a score in [0, 1]). A task only some experiments run (the SFT
+# experiment's marin_python_doc) would leave every other model without an average.
+AVERAGE_TASKS = tuple(task for task in QUICK_TASKS if task != "marin_python_text")
 SKIPPED_DIRS = (RECORDS, VERSIONS)
 
 
@@ -59,8 +61,12 @@ class Model:
     experiments: list[str]
     run: str  # where it lives
     partition: str | None = None  # a ladder's rung: budget|size
-    params: int | None = None
-    active_params: int | None = None
+    version: str | None = None  # a step's output: the version its folder is named by (none for a command's)
+    # parameters on the bases the project uses: the total with embeddings (a run's summary: ``params``),
+    # those one token uses with embeddings (``active_params``; less for MoE only), and the non-embedding
+    # count that forecasts and comparisons use
+    total_params: int | None = None
+    total_active_params: int | None = None
     non_embedding_params: int | None = None
     tokens: int | None = None
     flops: float | None = None  # its own training
@@ -123,10 +129,12 @@ class Leaderboard:
     versions: dict[str, str]  # task -> the current version
     higher: dict[Column, bool]
     average_of: list[Column] = field(default_factory=list)  # the plain-prompt columns averaged
+    average_tasks: list[str] = field(default_factory=list)  # every task the average requires
     averages: dict[str, float] = field(default_factory=dict)  # model key -> average
     lacking: dict[str, list[str]] = field(default_factory=dict)  # model key -> average tasks it lacks
     sorted_by: str = "average"
     skipped: dict[str, str] = field(default_factory=dict)  # evaluation folder -> why it was not read
+    names: dict[str, str] = field(default_factory=dict)  # every run's key -> its first name (a base's too)
 
 
 # --- reading the store ---------------------------------------------------------------------------------
@@ -193,8 +201,9 @@ def _model(store: ArtifactStore, relative: str, manifest: dict[str, Any] | None)
         experiments=[],
         run=f"{store.root}/{relative}",
         partition=(manifest or {}).get("partition"),
-        params=summary.get("params"),
-        active_params=summary.get("active_params"),
+        version=(manifest or {}).get("version"),
+        total_params=summary.get("params"),
+        total_active_params=summary.get("active_params"),
         non_embedding_params=summary.get("non_embedding_params"),
         tokens=summary.get("tokens_seen"),
         flops=summary.get("flops"),
@@ -294,18 +303,21 @@ def _scores(
 UNREADABLE = (ValueError, KeyError, TypeError, AttributeError)  # a record that is not JSON, or not its shape
 
 
-def read_store(store: ArtifactStore) -> tuple[dict[str, Model], list[Score], dict[str, str]]:
-    """Every finished run and every evaluation's scores in the store, and the evaluations skipped (folder ->
-    why: a record that is not JSON or lacks what an evaluation records), which the table counts."""
+def _scan(
+    store: ArtifactStore, evaluations: list[tuple[str, dict[str, Any] | None]] | None = None
+) -> tuple[dict[str, Model], dict[str, str]]:
+    """Every finished run in the store with its names and experiments, and each alias folder's original;
+    with ``evaluations``, the evaluation folders found are appended to it (their results not read)."""
     models: dict[str, Model] = {}
     aliases: dict[str, list[str]] = {}  # model key -> further step names (one version reused)
     alias_of: dict[str, str] = {}  # an alias folder -> the key of the output it names
-    evaluations: list[tuple[str, dict[str, Any] | None]] = []
     for relative, files in _walk(store):
         if relative.endswith(".work"):
-            if "eval_launch.json" in files:
+            if "eval_launch.json" in files and evaluations is not None:
                 evaluations.append((relative, None))
             continue
+        if evaluations is None and "eval_launch.json" in files:
+            continue  # an evaluation: not even its manifest read
         manifest = _read_json(store, f"{relative}/{MANIFEST}") if MANIFEST in files else None
         if manifest and manifest.get(SAME_AS):
             folder = relative.rsplit("/", 2)[-2]  # by name, not url: a copied store reads its own copy
@@ -315,16 +327,39 @@ def read_store(store: ArtifactStore) -> tuple[dict[str, Model], list[Score], dic
         elif "train.json" in files and "model.json" in files:
             if (model := _model(store, relative, manifest)) is not None:
                 models[relative] = model
-        elif manifest and "eval_launch.json" in files and "results.json" in files:
+        elif evaluations is not None and manifest and {"eval_launch.json", "results.json"} <= set(files):
             evaluations.append((relative, manifest))
     experiments = _step_experiments(store)
     for key, model in models.items():
         model.names += aliases.get(key, [])
         version = key.rsplit("/", 1)[-1]
         found = [e for name in model.names for e in experiments.get((name, version), [])]
-        model.experiments = sorted(set(found)) or ([COMMAND_LINE] if model.names == [key] else [])
+        model.experiments = sorted(set(found)) or _named_experiments(model)
     for model in models.values():
         model.total_flops = _total_flops(model, models)
+    return models, alias_of
+
+
+def _named_experiments(model: Model) -> list[str]:
+    """The experiments of a run no stored execution record declares (made before records were kept, or
+    their records lost): those its step names are under (a step is named ``experiment/step``); a folder no
+    step made (no manifest: its name is its place) is the command line's."""
+    steps = [] if model.names == [model.key] else model.names
+    return sorted({name.split("/", 1)[0] for name in steps if "/" in name}) or [COMMAND_LINE]
+
+
+def finished_runs(store: ArtifactStore) -> dict[str, Model]:
+    """Every finished run in the store, by key, with its names and experiments: what the sensor needs, at
+    the cost of a walk and each run's records, no evaluation's results read (``read_store`` reads every
+    ``results.json``, which on a bucket is a request each)."""
+    return _scan(store)[0]
+
+
+def read_store(store: ArtifactStore) -> tuple[dict[str, Model], list[Score], dict[str, str]]:
+    """Every finished run and every evaluation's scores in the store, and the evaluations skipped (folder ->
+    why: a record that is not JSON or lacks what an evaluation records), which the table counts."""
+    evaluations: list[tuple[str, dict[str, Any] | None]] = []
+    models, alias_of = _scan(store, evaluations)
     scores: list[Score] = []
     skipped: dict[str, str] = {}
     for relative, manifest in evaluations:
@@ -352,9 +387,11 @@ def _evaluation_scores(
 
 
 def _total_flops(model: Model, models: dict[str, Model]) -> float | None:
+    """Its training FLOPs with its base's (and the base's base's); None where one is unknown (a base not in
+    the store, or without a count): its own alone would understate what it cost."""
     total, seen, at = 0.0, set(), model
     while at is not None and at.key not in seen:
-        if at.flops is None:
+        if at.flops is None or (at.base and at.base not in models):
             return None
         total, seen = total + at.flops, seen | {at.key}
         at = models.get(at.base) if at.base else None
@@ -423,7 +460,9 @@ def build(
                 candidates += [s for s in failures if s.model == key and s.column == failed]
             if candidates:
                 cells[(key, column)] = newest_valid(candidates, versions.get(column.task or ""))
-    board = Leaderboard([], columns, cells, versions, higher)
+    board = Leaderboard(
+        [], columns, cells, versions, higher, names={k: m.names[0] for k, m in models.items()}
+    )
     _average(board, models, evaluated, average)
     board.models = _ranked(board, [models[k] for k in evaluated], sort)
     return board
@@ -442,6 +481,7 @@ def _average(board: Leaderboard, models: dict[str, Model], evaluated: set[str], 
             known = chosen.get((column.task, column.prompt))
             if known is None or (column.n_shot or 0, column.metric) < (known.n_shot or 0, known.metric):
                 chosen[(column.task, column.prompt)] = column
+    board.average_tasks = list(tasks)
     board.average_of = [chosen[(t, "plain")] for t in tasks if (t, "plain") in chosen]
     for key in evaluated:
         prompt = "chat" if models[key].chat else "plain"
@@ -535,26 +575,32 @@ def headline_columns(board: Leaderboard) -> list[Column]:
     return [column for _, column in chosen.values()]
 
 
+# the parameters shown: the total with embeddings (and, where fewer, those one token uses: an MoE's), as a
+# run's summary counts them; the JSON and parquet have non_embedding_params, the base of forecasts
+PARAMS_HEADING = "params (total, active)"
+
+
 def markdown(board: Leaderboard, experiment: str | None = None, every_metric: bool = False) -> str:
     """The table, best first; ``experiment`` keeps the rows of one experiment (the column to filter on).
     Each task's headline metric only, unless ``every_metric``."""
     models = [m for m in board.models if experiment is None or experiment in m.experiments]
     columns = board.columns if every_metric else headline_columns(board)
-    names = {m.key: m.names[0] for m in board.models}
-    head = ["rank", "model", "experiment", "params (active)", "tokens", "FLOPs", "average"]
+    names = {**board.names, **{m.key: m.names[0] for m in board.models}}
+    head = ["rank", "model", "version", "experiment", PARAMS_HEADING, "tokens", "FLOPs", "average"]
     head += [column_heading(board, c) for c in columns]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for rank, m in enumerate(models, 1):
         params = (
             ""
-            if m.params is None
-            else f"{m.params:,}"
-            + (f" ({m.active_params:,})" if m.active_params not in (None, m.params) else "")
+            if m.total_params is None
+            else f"{m.total_params:,}"
+            + (f" ({m.total_active_params:,})" if m.total_active_params not in (None, m.total_params) else "")
         )
         rung = f" [{m.partition.replace('|', ' ')}]" if m.partition else ""
         row = [
             str(rank),
             " = ".join(m.names) + rung + (f" (from {names.get(m.base, m.base)})" if m.base else ""),
+            m.version or "",
             ", ".join(m.experiments),
             params,
             "" if m.tokens is None else f"{m.tokens:,}",
@@ -565,6 +611,8 @@ def markdown(board: Leaderboard, experiment: str | None = None, every_metric: bo
         lines.append("| " + " | ".join(row) + " |")
     hidden = len(board.columns) - len(columns)
     more = f" {hidden} more metrics in the JSON and parquet tables." if hidden else ""
+    if experiment is not None:
+        more += f" The {len(models)} of {len(board.models)} models of experiment {experiment} only."
     if board.skipped:
         first = next(iter(board.skipped.items()))
         more += f" {len(board.skipped)} evaluations skipped, unreadable (the first: {first[0]}: {first[1]})."
@@ -572,13 +620,29 @@ def markdown(board: Leaderboard, experiment: str | None = None, every_metric: bo
 
 
 def average_note(board: Leaderboard) -> str:
-    if not board.average_of:
-        return "No average: no evaluated model has a task it covers."
-    covered = ", ".join(c.metric for c in board.average_of)
-    missing = len(board.lacking)
+    """Which tasks the average requires, every one named (with its metric where a column has it, else why
+    not), and for how many models."""
+    if not board.average_tasks:
+        return f"No average: no task to average. Sorted by {board.sorted_by}."
+    metric = {c.task: c.metric for c in board.average_of}
+
+    def name(task: str) -> str:
+        if task in metric:
+            return metric[task]
+        prompts = {c.prompt for c in board.columns if c.task == task}
+        if "chat" in prompts and "plain" not in prompts:
+            return f"{task} (chat prompts only)"
+        return f"{task} ({'no score in [0, 1]' if prompts else 'no column: no model was evaluated on it'})"
+
+    named = [name(t) for t in board.average_tasks]
+    if not board.averages:
+        return (
+            f"No average: no model has a valid result of every one of {', '.join(named)}. "
+            f"Sorted by {board.sorted_by}."
+        )
     return (
-        f"average: the mean of {covered} (chat models' through their template), for the "
-        f"{len(board.averages)} models that have a valid result of every one; {missing} lack one. "
+        f"average: the mean of {', '.join(named)} (chat models' through their template), for the "
+        f"{len(board.averages)} models that have a valid result of every one; {len(board.lacking)} lack one. "
         f"Sorted by {board.sorted_by}."
     )
 
@@ -619,7 +683,11 @@ def as_json(board: Leaderboard) -> dict[str, Any]:
                 "scores": scores,
             }
         )
-    average = {"of": [c.label for c in board.average_of], "models": len(board.averages)}
+    average = {
+        "tasks": board.average_tasks,
+        "of": [c.label for c in board.average_of],
+        "models": len(board.averages),
+    }
     return {
         "rows": rows,
         "columns": columns,
@@ -640,8 +708,10 @@ def to_polars(board: Leaderboard) -> Any:
             "model": m.key,
             "names": " = ".join(m.names),
             "experiments": ", ".join(m.experiments),
-            "params": m.params,
-            "active_params": m.active_params,
+            "version": m.version,
+            "total_params": m.total_params,
+            "total_active_params": m.total_active_params,
+            "non_embedding_params": m.non_embedding_params,
             "tokens": m.tokens,
             "flops": m.total_flops,
             "base": m.base,
@@ -720,26 +790,30 @@ LEADERBOARD = ["leaderboard"]  # its place in the store
 TABLE, PLOT, DATA = "leaderboard.parquet", "leaderboard.png", "leaderboard.json"
 
 
-def write_leaderboard(store: ArtifactStore, **options: Any) -> tuple[Artifact, bool]:
+def write_leaderboard(
+    store: ArtifactStore, experiment: str | None = None, **options: Any
+) -> tuple[Artifact, bool]:
     """The leaderboard of ``store`` as an output of its own (the table as JSON and parquet, its plot, and
     the markdown table in its metadata), versioned by what it shows: nothing new in the store, nothing
-    rewritten. Returns it and whether it was there already."""
+    rewritten. ``experiment``: the markdown table keeps that experiment's rows only (the JSON and parquet
+    keep every row, with its experiments, to filter on). Returns it and whether it was there already."""
     board = leaderboard(store, **options)
     data = as_json(board)
-    version = version_hash(data)
+    version = version_hash(data if experiment is None else {**data, "shown": experiment})
     found = store.get(LEADERBOARD, version)
     if found is not None:
         return found, True
     with store.write(LEADERBOARD, version) as out:
         (out.path / DATA).write_text(json.dumps(data, indent=1))
         to_polars(board).write_parquet(out.path / TABLE)
-        out.metadata["markdown"] = {"leaderboard": markdown(board)}
+        out.metadata["markdown"] = {"leaderboard": markdown(board, experiment=experiment)}
         if plot(board, out.path / PLOT):
             out.metadata["plots"] = {"each score against training FLOPs, with the Pareto front": PLOT}
         out.metadata.update(
             models=len(board.models),
             columns=len(board.columns),
             average_of=[c.label for c in board.average_of],
+            experiment=experiment or "every one",
             table=f"{store.url(LEADERBOARD, version)}/{TABLE}",
         )
     artifact = store.get(LEADERBOARD, version)

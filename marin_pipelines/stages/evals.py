@@ -216,7 +216,11 @@ class StandardEvalConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     checkpoint: str = Field(description="the run folder, a path or URL: a step's output or a command's --out")
-    tasks: list[str] = Field(default_factory=lambda: list(STANDARD_TASKS), description="lm-eval tasks")
+    tasks: list[str] = Field(
+        default_factory=lambda: list(STANDARD_TASKS),
+        description="lm-eval tasks (default: every shipped one; a generative task whose answers do not fit "
+        "the run's context is left out and said in tasks_left_out)",
+    )
     batch_size: int = Field(EVAL_BATCH_SIZE, ge=1, description="sequences per forward pass of an evaluation")
 
 

@@ -12,6 +12,7 @@ from dagster import (
     AssetMaterialization,
     DagsterInstance,
     Definitions,
+    SensorResult,
     SkipReason,
     build_sensor_context,
     evaluate_automation_conditions,
@@ -52,6 +53,12 @@ def cli_store(tiny_store: str, tmp_path: Path) -> ArtifactStore:
     return ArtifactStore(tmp_path / "store")
 
 
+def apply_partitions(instance: DagsterInstance, result: SensorResult) -> None:
+    """What the daemon does with a sensor's dynamic partition requests."""
+    for request in result.dynamic_partitions_requests or []:
+        instance.add_dynamic_partitions(request.partitions_def_name, list(request.partition_keys))
+
+
 def test_a_run_made_by_the_command_line_is_evaluated_once_by_itself(cli_store):
     parts = leaderboard_definitions([], None)
     sensor = next(s for s in parts["sensors"] if s.name == "new_runs_evaluated")
@@ -62,7 +69,8 @@ def test_a_run_made_by_the_command_line_is_evaluated_once_by_itself(cli_store):
     result = sensor(build_sensor_context(instance=instance, resources=resources))
     assert [r.partition_key for r in result.run_requests] == ["runs/mine"]
     assert result.run_requests[0].tags["marin/experiment"] == lb.COMMAND_LINE
-    instance.add_dynamic_partitions(RUNS.name, ["runs/mine"])
+    apply_partitions(instance, result)
+    assert instance.get_dynamic_partitions(RUNS.name) == ["runs/mine"]
     again = sensor(build_sensor_context(instance=instance, resources=resources, cursor=result.cursor))
     assert isinstance(again, SkipReason)  # asked for already: not asked again while it runs
 
@@ -82,6 +90,28 @@ def test_a_run_made_by_the_command_line_is_evaluated_once_by_itself(cli_store):
     assert any(c.metric == "bpb" for c in board.columns)  # on the cache it trained on
 
 
+def test_a_run_landing_after_the_first_was_requested_is_requested_alone_and_once(cli_store, monkeypatch):
+    def read_store(_):
+        raise AssertionError("the sensor reads every evaluation's results")
+
+    monkeypatch.setattr(lb, "read_store", read_store)  # it lists the finished runs only
+    sensor = next(s for s in leaderboard_definitions([], None)["sensors"] if s.name == "new_runs_evaluated")
+    instance = DagsterInstance.ephemeral()
+    resources = {"store": ArtifactStoreResource(root=cli_store.root)}
+    first = sensor(build_sensor_context(instance=instance, resources=resources))
+    apply_partitions(instance, first)
+    shutil.copytree(Path(cli_store.root, "runs", "mine"), Path(cli_store.root, "runs", "later"))
+
+    second = sensor(build_sensor_context(instance=instance, resources=resources, cursor=first.cursor))
+    assert [r.partition_key for r in second.run_requests] == ["runs/later"]  # not the first again
+    [added] = second.dynamic_partitions_requests
+    assert list(added.partition_keys) == ["runs/later"]
+    apply_partitions(instance, second)
+    assert sorted(instance.get_dynamic_partitions(RUNS.name)) == ["runs/later", "runs/mine"]
+    third = sensor(build_sensor_context(instance=instance, resources=resources, cursor=second.cursor))
+    assert isinstance(third, SkipReason) and "among the 2 finished" in third.skip_message
+
+
 def test_the_leaderboard_rebuilds_when_an_evaluation_lands_and_opens_with_its_table(evaluated_store):
     defs = Definitions.merge(experiment_definitions([demo.demo]), Definitions(resources=default_resources()))
     assert "leaderboard_updates" in {s.name for s in defs.sensors}
@@ -96,12 +126,17 @@ def test_the_leaderboard_rebuilds_when_an_evaluation_lands_and_opens_with_its_ta
     done = materialize([board], resources=default_resources(evaluated_store))
     metadata = done.asset_materializations_for_node("leaderboard")[0].metadata
     assert list(metadata)[0] == "leaderboard"  # the table first
-    assert "tiny/run" in metadata["leaderboard"].value and "| rank | model | experiment |" in (
+    assert "tiny/run" in metadata["leaderboard"].value and "| rank | model | version | experiment |" in (
         metadata["leaderboard"].value
     )
     table = json.loads(Path(metadata["path"].value, lb.DATA).read_text())
     assert [r["names"] for r in table["rows"]] == [["tiny/run"]]
     assert Path(metadata["table"].value).is_file()
+
+    config = {"ops": {"leaderboard": {"config": {"experiment": "another"}}}}  # the launchpad's filter
+    done = materialize([board], resources=default_resources(evaluated_store), run_config=config)
+    shown = done.asset_materializations_for_node("leaderboard")[0].metadata["leaderboard"].value
+    assert "tiny/run" not in shown and "The 0 of 1 models of experiment another only." in shown
 
 
 def test_the_sensor_is_off_on_a_laptop_and_on_in_production(monkeypatch):

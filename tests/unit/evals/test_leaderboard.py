@@ -162,14 +162,41 @@ def test_the_average_covers_only_models_with_every_task_and_says_which(store):
     full, short = run(store, "exp/checkpoint_full", "v"), run(store, "exp/checkpoint_short", "v")
     evaluation(store, "exp/eval_full", "e1", full, lm_eval_results(dict.fromkeys(TASKS, 0.4)), list(TASKS))
     evaluation(
-        store, "exp/eval_short", "e2", short, lm_eval_results(dict.fromkeys(TASKS[:3], 0.9)), list(TASKS[:3])
+        store, "exp/eval_short", "e2", short, lm_eval_results(dict.fromkeys(TASKS[:2], 0.9)), list(TASKS[:2])
     )
     board = lb.leaderboard(store)
     assert board.averages == {full: pytest.approx(0.4)}
-    assert board.lacking == {short: ["marin_python_doc"]}
+    assert board.lacking == {short: ["marin_python_qa"]}
     assert [c.metric for c in board.average_of] == [f"{t}/{METRIC[t]}" for t in TASKS]
     assert [m.key for m in board.models] == [full, short]  # ranked by the average, the incomplete last
     assert "for the 1 models that have a valid result of every one; 1 lack one" in lb.markdown(board)
+
+
+def test_the_default_average_is_over_what_every_experiments_evaluation_asks(store):
+    """Every experiment's evaluations run the demo's quick tasks; the SFT experiment's marin_python_doc is not
+    among them, so a default average requiring it would leave every other model without one."""
+    from marin_pipelines.evals.standard_suite import STANDARD_TASKS
+    from marin_pipelines.experiments import demo
+
+    assert set(lb.AVERAGE_TASKS) <= set(demo.EVALS["tasks"]) & set(STANDARD_TASKS)
+    m = run(store, "exp/checkpoint", "v")
+    evaluation(store, "exp/eval", "e1", m, lm_eval_results(dict.fromkeys(TASKS, 0.5)), list(TASKS))
+    assert lb.leaderboard(store).averages == {m: pytest.approx(0.5)}
+    chosen = lb.leaderboard(store, average=["marin_python_mc", "marin_python_doc"])  # --average still chooses
+    assert chosen.averages == {} and chosen.lacking == {m: ["marin_python_doc"]}
+
+
+def test_the_average_note_names_every_task_it_requires_and_why_one_has_no_column(store):
+    m = run(store, "exp/checkpoint", "v")
+    evaluation(store, "exp/eval", "e1", m, lm_eval_results(dict.fromkeys(TASKS, 0.5)), list(TASKS))
+    board = lb.leaderboard(store, average=[*TASKS, "marin_python_doc"])
+    note = lb.average_note(board)
+    assert note.startswith(
+        "No average: no model has a valid result of every one of marin_python_mc/acc, "
+        "marin_python_cloze/acc, "
+        "marin_python_qa/exact_match, marin_python_doc (no column: no model was evaluated on it)."
+    )
+    assert lb.as_json(board)["average"]["tasks"] == [*TASKS, "marin_python_doc"]
 
 
 def test_two_experiments_one_version_reused_one_row_with_both_names(store):
@@ -248,3 +275,118 @@ def test_an_unreadable_evaluation_is_skipped_counted_and_named(store):
     )
     assert "1 evaluations skipped, unreadable (the first: exp/eval_torn/_/e2" in lb.markdown(board)
     assert lb.as_json(board)["skipped"] == board.skipped
+
+
+def test_the_finished_runs_are_listed_without_reading_any_evaluations_results(store, monkeypatch):
+    m = run(store, "exp/checkpoint", "aaa")
+    evaluation(store, "exp/eval", "e1", m, lm_eval_results({"marin_python_mc": 0.5}), ["marin_python_mc"])
+    read = []
+    real = ArtifactStore.read_text
+    monkeypatch.setattr(ArtifactStore, "read_text", lambda self, rel: read.append(rel) or real(self, rel))
+    assert list(lb.finished_runs(store)) == [m]
+    assert not [r for r in read if r.endswith("results.json") or r.startswith("exp/eval")]
+    lb.read_store(store)
+    assert "exp/eval/_/e1/results.json" in read  # the table does read them
+
+
+def test_a_run_no_record_declares_belongs_to_the_experiment_its_step_is_named_under(store):
+    m = run(store, "zloss_ablation/checkpoint_zloss_0", "aaa")  # no execution record in the store
+    evaluation(
+        store, "zloss_ablation/eval", "e1", m, lm_eval_results({"marin_python_mc": 0.5}), ["marin_python_mc"]
+    )
+    board = lb.leaderboard(store)
+    [row] = board.models
+    assert row.experiments == ["zloss_ablation"] and row.experiment == "zloss_ablation"
+    assert "zloss_ablation/checkpoint_zloss_0" in lb.markdown(board, experiment="zloss_ablation")
+
+
+def test_two_versions_of_one_step_show_their_versions_and_params_say_their_base(store):
+    """Trained twice under one name (before the version index), two rows that differ by their version; the
+    parameters are labelled with their base (the total with embeddings), the JSON's and parquet's keys too."""
+    old, new = run(store, "exp/checkpoint", "0123456789ab"), run(store, "exp/checkpoint", "ba9876543210")
+    for i, m in enumerate((old, new)):
+        evaluation(
+            store, f"exp/eval_{i}", f"e{i}", m, lm_eval_results({"marin_python_mc": 0.5}), ["marin_python_mc"]
+        )
+    board = lb.leaderboard(store)
+    table = lb.markdown(board)
+    assert "| rank | model | version | experiment | params (total, active) |" in table
+    rows = [line for line in table.splitlines() if line.startswith("| 1 ") or line.startswith("| 2 ")]
+    assert sorted(row.split(" | ")[2] for row in rows) == ["0123456789ab", "ba9876543210"]
+    row = lb.as_json(board)["rows"][0]
+    assert (row["version"], row["total_params"], row["total_active_params"], row["non_embedding_params"]) == (
+        "0123456789ab",
+        1000,
+        1000,
+        100,
+    )
+    frame = lb.to_polars(board)
+    assert {"version", "total_params", "total_active_params", "non_embedding_params"} <= set(frame.columns)
+    assert "params" not in frame.columns and "active_params" not in frame.columns
+
+
+def test_the_written_leaderboard_table_keeps_one_experiments_rows_when_asked(store):
+    a, b = run(store, "first/checkpoint", "v1"), run(store, "second/checkpoint", "v2")
+    for i, m in enumerate((a, b)):
+        evaluation(
+            store, f"x/eval_{i}", f"e{i}", m, lm_eval_results({"marin_python_mc": 0.5}), ["marin_python_mc"]
+        )
+    every, _ = lb.write_leaderboard(store)
+    first, reused = lb.write_leaderboard(store, experiment="first")
+    assert not reused and first.version != every.version  # another table, not the unfiltered one again
+    shown = first.metadata["markdown"]["leaderboard"]
+    assert "first/checkpoint" in shown and "second/checkpoint" not in shown
+    assert len(json.loads((first.path / lb.DATA).read_text())["rows"]) == 2  # the data keeps every row
+
+
+def two_experiments(store: ArtifactStore) -> tuple[str, str]:
+    """Two runs of two experiments (by their step names), each scored on the average's tasks."""
+    a, b = run(store, "first/checkpoint", "v1", flops=2e11), run(store, "second/checkpoint", "v2", flops=4e11)
+    for i, (m, score) in enumerate(((a, 0.3), (b, 0.6))):
+        evaluation(
+            store, f"x/eval_{i}", f"e{i}", m, lm_eval_results(dict.fromkeys(TASKS, score)), list(TASKS)
+        )
+    return a, b
+
+
+def test_the_command_prints_the_table_or_one_json_object_filtered_and_writes_its_files(
+    store, tmp_path, capsys
+):
+    from marin_pipelines.cli import main
+
+    a, b = two_experiments(store)
+    assert main(["leaderboard", "--evals", "--store-root", store.root]) == 0
+    table = capsys.readouterr().out
+    assert "| rank | model | version | experiment |" in table
+    assert table.index("second/checkpoint") < table.index("first/checkpoint")  # best average first
+
+    assert main(["leaderboard", "--evals", "--json", "--store-root", store.root]) == 0
+    data = json.loads(capsys.readouterr().out)  # exactly one JSON object on stdout
+    assert [r["key"] for r in data["rows"]] == [b, a]
+    assert {c["label"] for c in data["columns"]} >= {"marin_python_mc/acc", "marin_python_qa/exact_match"}
+
+    first = ["leaderboard", "--evals", "--json", "--experiment", "first", "--store-root", store.root]
+    assert main(first) == 0 and [r["key"] for r in json.loads(capsys.readouterr().out)["rows"]] == [a]
+
+    out = tmp_path / "lb"
+    assert main(["leaderboard", "--evals", "--out", str(out), "--store-root", store.root]) == 0
+    assert (out / "leaderboard.parquet").is_file() and (out / "leaderboard.png").is_file()
+
+
+def test_the_plot_is_drawn_and_lands_in_the_leaderboards_metadata(store):
+    two_experiments(store)
+    artifact, _ = lb.write_leaderboard(store)
+    assert list(artifact.metadata["plots"].values()) == [lb.PLOT]
+    assert (artifact.path / lb.PLOT).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_fine_tune_names_its_base_and_counts_its_bases_flops(store):
+    base = run(store, "exp/checkpoint", "b", flops=1e12)
+    tuned = run(store, "exp/sft_checkpoint", "s", flops=1e10, base=base)
+    orphan = run(store, "exp/sft_elsewhere", "o", flops=1e10, base="gone/checkpoint/_/x")
+    runs = lb.finished_runs(store)
+    assert (runs[tuned].base, runs[tuned].chat) == (base, True)
+    assert runs[tuned].total_flops == pytest.approx(1.01e12) and runs[base].total_flops == 1e12
+    assert runs[orphan].total_flops is None  # its base's FLOPs unknown: not its own alone
+    evaluation(store, "exp/eval", "e1", tuned, lm_eval_results({"marin_python_mc": 0.5}), ["marin_python_mc"])
+    assert "exp/sft_checkpoint (from exp/checkpoint)" in lb.markdown(lb.leaderboard(store))
