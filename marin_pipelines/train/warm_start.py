@@ -18,6 +18,8 @@ change is an error naming the parameter.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import jax
@@ -39,17 +41,31 @@ from marin_pipelines.train.train_config import CHECKPOINTS_DIR, IMPORTED, TrainC
 OPTIMIZER = "opt_state"  # the optimiser's leaves in a checkpoint's training state
 
 
-def read_base(base: str | os.PathLike[str], optimizer: bool) -> tuple[int, dict[str, dict], dict[str, Any]]:
-    """The base's latest checkpoint: its step, its flat items (``params``, and ``state`` with the optimiser
-    when ``optimizer`` and the base was trained, not imported by ``import_hf``) and the configs that wrote
-    it."""
-    base = training_dir(base)
-    with Checkpoints(base / CHECKPOINTS_DIR) as checkpoints:
+@contextmanager
+def _latest_checkpoint(
+    base: str | os.PathLike[str], optimizer: bool
+) -> Iterator[tuple[Checkpoints, int, dict[str, Any], tuple[str, ...]]]:
+    """The base's checkpoints, open, with their latest step, its metadata and the items a warm start reads
+    (``params``, and ``state`` with the optimiser when ``optimizer`` and the base was trained, not imported
+    by ``import_hf``)."""
+    folder = training_dir(base)
+    with Checkpoints(folder / CHECKPOINTS_DIR) as checkpoints:
         step = checkpoints.latest_step()
         if step is None:
-            raise FileNotFoundError(f"warm start: no complete checkpoint in {base}")
+            raise FileNotFoundError(f"warm start: no complete checkpoint in {folder}")
         meta = checkpoints.meta(step)
-        items = ("params", "state") if optimizer and IMPORTED not in meta else ("params",)
+        yield (
+            checkpoints,
+            step,
+            meta,
+            ("params", "state") if optimizer and IMPORTED not in meta else ("params",),
+        )
+
+
+def read_base(base: str | os.PathLike[str], optimizer: bool) -> tuple[int, dict[str, dict], dict[str, Any]]:
+    """The base's latest checkpoint: its step, its flat items (see ``_latest_checkpoint``) and the configs
+    that wrote it."""
+    with _latest_checkpoint(base, optimizer) as (checkpoints, step, meta, items):
         return step, checkpoints.restore_flat(step, items), meta
 
 
@@ -144,15 +160,9 @@ def check_base(
     records its inputs (``launched.py``): a refused warm start leaves nothing that would refuse the corrected
     rerun."""
     where = str(base)
-    folder = training_dir(base)
-    with Checkpoints(folder / CHECKPOINTS_DIR) as checkpoints:
-        step = checkpoints.latest_step()
-        if step is None:
-            raise FileNotFoundError(f"warm start: no complete checkpoint in {folder}")
-        meta = checkpoints.meta(step)
-        kept = optimizer and IMPORTED not in meta
-        items = ("params", "state") if kept else ("params",)
+    with _latest_checkpoint(base, optimizer) as (checkpoints, step, meta, items):
         stored = {item: checkpoints.shapes(step, item) for item in items}
+    kept = "state" in items
     _, params = abstract_model(model)
     mine = {name: tuple(leaf.shape) for name, leaf in flatten(params).items()}
     for name, shape in mine.items():  # in warm_state's order: the same leaf is named first
