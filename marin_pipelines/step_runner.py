@@ -6,7 +6,7 @@ a complete output of the step's version is reused, a missing one is built by the
 Steps run after their inputs and their ``after`` edges (a preregistered forecast before its target), a
 partitioned step once per partition in key order (a crawl's snapshots, a ladder's rungs), and a blocking
 check that fails stops the run before anything downstream reads the output, as it does in Dagster.
-Training and evaluation go to the launcher given; by default to this process (``InProcessLauncher``),
+Training, evaluation and sweeps go to the launcher given; by default to this process (``InProcessLauncher``),
 which leaves no child behind when the run is killed and compiles each shape once for all the runs.
 """
 
@@ -23,6 +23,7 @@ from marin_pipelines.store import Artifact, ArtifactStore
 
 if TYPE_CHECKING:
     from marin_pipelines.evals.launch_config import EvalLaunch
+    from marin_pipelines.sweeps.launch_config import SweepLaunch
     from marin_pipelines.train.launch_config import TrainingLaunch
 
 Log = Callable[[str], None]
@@ -52,8 +53,9 @@ class StepRun:
 
 
 class InProcessLauncher:
-    """The core's ``Launcher`` for runs without Dagster: each training run and evaluation in this process,
-    exactly as a launched child runs it (``train/launched.py``, ``evals/launched.py``)."""
+    """The core's ``Launcher`` for runs without Dagster: each training run, evaluation and sweep in this
+    process, exactly as a launched child runs it (``train/launched.py``, ``evals/launched.py``,
+    ``sweeps/launched.py``)."""
 
     def __init__(self, log: Log = lambda _: None):
         self.log = log
@@ -74,6 +76,12 @@ class InProcessLauncher:
         from marin_pipelines.evals.launched import evaluate_launched, summary_message
 
         return [summary_message(evaluate_launched(launch, self.log))]
+
+    def sweep(self, launch: SweepLaunch) -> list[Any]:
+        from marin_pipelines.sweeps.launched import sweep_launched
+
+        sweep_launched(launch)
+        return []
 
 
 def run_steps(

@@ -31,6 +31,7 @@ from marin_pipelines.store import Artifact, ArtifactStore, PendingArtifact, cach
 
 if TYPE_CHECKING:  # the launch configs load JAX: not for every importer of steps
     from marin_pipelines.evals.launch_config import EvalLaunch
+    from marin_pipelines.sweeps.launch_config import SweepLaunch
     from marin_pipelines.train.launch_config import TrainingLaunch
 
 STEP_NAME = re.compile(r"[a-z][a-z0-9_]*(/[a-z][a-z0-9_]*)*")
@@ -104,16 +105,20 @@ def check_reason(found: dict[str, Any]) -> str:
 
 
 class Launcher(Protocol):
-    """Where training and evaluation run (a subprocess, a pod): the Dagster layer binds one to its run.
+    """Where training, evaluation and sweeps run (a subprocess, a pod): the Dagster layer binds one to its
+    run.
 
-    Each gets the child's typed config (``train/launch_config.py``, ``evals/launch_config.py``), whose
-    paths are local paths or URLs in the store (``gs://``): a pod on another machine reads and writes them.
-    Each returns the messages the child reported.
+    Each gets the child's typed config (``train/launch_config.py``, ``evals/launch_config.py``,
+    ``sweeps/launch_config.py``), whose paths are local paths or URLs in the store (``gs://``): a pod on
+    another machine reads and writes them. Each returns the messages the child reported; a sweep's outcome
+    is read from its folder (``sweeps/launched.py``).
     """
 
     def train(self, launch: TrainingLaunch) -> list[Any]: ...
 
     def evaluate(self, launch: EvalLaunch) -> list[Any]: ...
+
+    def sweep(self, launch: SweepLaunch) -> list[Any]: ...
 
 
 @dataclass

@@ -8,6 +8,11 @@ of it to ``{low, high, log}`` or a list of choices, such as
 JSON object: ``best`` (params, value, trial), ``trials`` (complete, pruned, failed) and ``flops``. Run it
 again with the same flags after a kill and it continues: finished trials are not trained again, and the
 trial a killed worker left is resumed from its checkpoint.
+
+The sweep step's launcher runs it as ``python -m marin_pipelines.cli sweep --step-config FILE``: the base run,
+the cache, the space, the settings and the folder in one JSON file (``SweepLaunch``), no other flag beside
+it. A sweep that cannot succeed (every trial failed, or bad input) then also writes ``failed.json`` with the
+reason into its folder, for the step to read (``sweeps/launched.py``).
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import sys
 
 from marin_pipelines.cli import print_json
 from marin_pipelines.cli.outputs import check_folder
+from marin_pipelines.cli.step_config import add_step_config, step_config
 from marin_pipelines.cli.train import positive_int
 from marin_pipelines.train.reporting import REPORTED_METRICS
 
@@ -25,13 +31,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "sweep", help="search a training run's config (Optuna: TPE, Hyperband), stopping bad trials early"
     )
-    parser.add_argument("--config", required=True, help="the base run's YAML (path or URL), as for train")
-    parser.add_argument("--data", required=True, help="a tokenized_cache output: a folder or a gs:// URL")
+    parser.add_argument("--config", help="the base run's YAML (path or URL), as for train")
+    parser.add_argument("--data", help="a tokenized_cache output: a folder or a gs:// URL")
     parser.add_argument(
-        "--space", required=True, help="YAML: dotted field -> {low, high, log, step, int, grid} or [choices]"
+        "--space", help="YAML: dotted field -> {low, high, log, step, int, grid} or [choices]"
     )
-    parser.add_argument("--trials", type=positive_int, required=True, help="trials to finish, failed too")
-    parser.add_argument("--out", required=True, help="the sweep's folder: study, trials/NNNN, table, plots")
+    parser.add_argument("--trials", type=positive_int, help="trials to finish, failed too")
+    parser.add_argument("--out", help="the sweep's folder: study, trials/NNNN, table, plots")
     parser.add_argument("--sampler", choices=("tpe", "random", "grid"), default="tpe", help="default: tpe")
     parser.add_argument(
         "--pruner", choices=("hyperband", "median", "none"), default="hyperband", help="default: hyperband"
@@ -58,6 +64,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "OUT/study.journal",
     )
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
+    add_step_config(parser, ("config", "data", "space", "trials", "out"))
     parser.set_defaults(run=run_sweep_command)
 
 
@@ -67,6 +74,8 @@ def run_sweep_command(args: argparse.Namespace) -> int:
     from marin_pipelines.sweeps.sweep import SweepFailed, run_sweep
     from marin_pipelines.train.run_config import load_run_config
 
+    if file := step_config(args):
+        return launched_sweep(file)
     base = load_run_config(args.config)
     space = SearchSpace.load(args.space, base)
     settings = SweepSettings(
@@ -83,6 +92,24 @@ def run_sweep_command(args: argparse.Namespace) -> int:
         result = run_sweep(
             base, args.data, space, settings, args.out, args.storage, args.workers, progress=not args.quiet
         )
+    except SweepFailed as e:
+        print(f"marin-pipelines: error: {e}", file=sys.stderr)
+        return 1
+    print_json(result.summary())
+    return 0
+
+
+def launched_sweep(file: str) -> int:
+    """The sweep a launcher wrote down (``SweepLaunch``): its outcome goes to its folder (``summary.json``,
+    or ``failed.json`` for a sweep no retry mends: every trial failed, or bad input)."""
+    from marin_pipelines.sweeps.launch_config import SweepLaunch
+    from marin_pipelines.sweeps.launched import sweep_launched
+    from marin_pipelines.sweeps.sweep import SweepFailed
+
+    launch = SweepLaunch.read(file)
+    check_folder(launch.out)
+    try:
+        result = sweep_launched(launch)
     except SweepFailed as e:
         print(f"marin-pipelines: error: {e}", file=sys.stderr)
         return 1

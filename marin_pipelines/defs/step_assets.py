@@ -43,6 +43,7 @@ from marin_pipelines.experiment import Experiment
 from marin_pipelines.resources.store import VERSION_KEY, WHOLE_INPUT
 from marin_pipelines.steps import InputError, Step, StepContext, build_step
 from marin_pipelines.store import Artifact
+from marin_pipelines.sweeps.launch_config import SweepLaunch
 from marin_pipelines.train.launch_config import TrainingLaunch
 
 if TYPE_CHECKING:  # the launchers bring the Kubernetes client: imported where a step runs, not here
@@ -137,6 +138,9 @@ class BoundLauncher:
 
     def evaluate(self, launch: EvalLaunch) -> list[Any]:
         return self.resource.evaluate(self.context, launch)
+
+    def sweep(self, launch: SweepLaunch) -> list[Any]:
+        return self.resource.sweep(self.context, launch)
 
 
 def launch_retry_policy() -> RetryPolicy:

@@ -1,10 +1,11 @@
-"""Where training and evaluation run: a subprocess here (``LocalLauncher``) or a pod on Kubernetes
+"""Where training, evaluation and sweeps run: a subprocess here (``LocalLauncher``) or a pod on Kubernetes
 (``K8sLauncher``).
 
 Both run the command line under Dagster Pipes on one config file that they write beside the child's
 output (``marin_pipelines/launch_config.py``): ``python -m marin_pipelines.cli train --step-config FILE``
 (or ``sft``) streams its logged steps back while it trains into its folder; ``python -m
-marin_pipelines.cli eval --step-config FILE`` sends its progress and a summary, and writes the results JSON.
+marin_pipelines.cli eval --step-config FILE`` sends its progress and a summary, and writes the results JSON;
+``python -m marin_pipelines.cli sweep --step-config FILE`` trains a sweep's trials and writes its outcome.
 On Kubernetes those paths must be shared with the pod: a ``gs://`` store, or the store on a mounted volume
 (see ``volume_claim``), exactly as the artifact store is.
 
@@ -29,6 +30,7 @@ from marin_pipelines.evals.launch_config import EvalLaunch
 from marin_pipelines.orphans import launched_env
 from marin_pipelines.resources.multi_host import HostGroup, env_list, jobset
 from marin_pipelines.store import STORE_ROOT
+from marin_pipelines.sweeps.launch_config import SweepLaunch
 from marin_pipelines.train.compilation_cache import compilation_cache_env, default_compilation_cache
 from marin_pipelines.train.launch_config import TrainingLaunch
 
@@ -42,7 +44,8 @@ TOPOLOGY = re.compile(r"\d+(x\d+){1,2}")
 
 
 class LauncherResource(ConfigurableResource):
-    """Runs training and evaluation somewhere; each returns the Pipes custom messages the run reported."""
+    """Runs training, evaluation and sweeps somewhere; each returns the Pipes custom messages the run
+    reported."""
 
     env: dict[str, str] = Field(default_factory=dict, description="extra environment of the launched process")
     compilation_cache: str | None = Field(
@@ -85,6 +88,11 @@ class LauncherResource(ConfigurableResource):
     def evaluate(self, context: AssetExecutionContext, launch: EvalLaunch) -> list[Any]:
         """An evaluation, which writes its results file; its progress lines and summary message."""
         return self.launch(context, launch.write(), QUIET_EVAL_ENV)
+
+    def sweep(self, context: AssetExecutionContext, launch: SweepLaunch) -> list[Any]:
+        """A sweep, its trials trained one after another in the launched process (one pod, however many
+        hosts a training run of this launcher spans), which writes its outcome into its folder."""
+        return self.launch(context, launch.write())
 
 
 class LocalLauncher(LauncherResource):

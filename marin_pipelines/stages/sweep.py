@@ -2,15 +2,24 @@
 
 The step's config is the base training step's (``TrainRunConfig``), the search space over it (dotted fields of
 the run config, checked against it when the step is declared) and the search's settings, so its version hashes
-all three; its inputs are the base step's (the token cache, the mixture's caches). It runs the sweep
-(``sweeps.sweep.run_sweep``) in the output's work folder, keyed by the version: the study (a journal file),
-the trials' run folders (``trials/NNNN``) and the leases live there, so a retry after a kill continues the
-study (finished trials are not trained again; the trial a killed run left is resumed from its checkpoint). On
-a bucket store the journal is kept in the local cache (a journal file is a local file);
+all three; its inputs are the base step's (the token cache, the mixture's caches). The step checks its
+inputs, then has its launcher run the sweep (``SweepLaunch``: ``python -m marin_pipelines.cli sweep
+--step-config FILE`` in a subprocess or a pod on the accelerator, as training runs; in this process for
+``run_steps``' in-process launcher), which runs ``sweeps.sweep.run_sweep`` in the output's work folder, keyed
+by the version: the study (a journal file), the trials' run folders (``trials/NNNN``) and the leases live
+there, so a retry after a kill continues the study (finished trials are not trained again; the trial a killed
+run left is resumed from its checkpoint). On a bucket store the journal is kept in the launched process's
+local cache (a journal file is a local file) and copied into the work folder when the sweep ends;
 ``MARIN_SWEEP_STORAGE`` (a database URL: a Postgres database of the production instance's server, not the
 instance's own database, whose ``alembic_version`` table Optuna's would collide with) stores every sweep's
-study there instead, shared by runs on every machine. The trials train in the run's own process, not through
-the launcher.
+study there instead, shared by runs on every machine.
+
+While the launched sweep runs, this process watches its study every few seconds (``sweeps.watch``) and tells
+each trial's start and end as ``trial`` events (the Dagster asset adds its partition and reports it); a study
+it cannot read meanwhile (a journal in a pod's local cache) is told when the sweep ends. The sweep's outcome
+is read from the work folder (``summary.json``); a sweep that cannot succeed (every trial failed, bad input)
+leaves ``failed.json`` there and fails the step for good (``InputError``), while a killed child's failure
+is retried.
 
 The output is the work folder, whole: the study journal, ``trials/NNNN/``, ``trials.parquet``, ``best.json``,
 ``summary.json`` and the plots, with metadata: the best trial (params, value, number), the trials complete,
@@ -22,7 +31,6 @@ from __future__ import annotations
 
 import io
 import os
-import shutil
 from typing import Any
 
 import fsspec
@@ -32,11 +40,14 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from marin_pipelines.stages.train import TrainRunConfig, check_trainable
 from marin_pipelines.steps import InputError, StepContext, local_work_dir, stage
 from marin_pipelines.store import Artifact, PendingArtifact, is_local
+from marin_pipelines.sweeps.launch_config import SweepLaunch
+from marin_pipelines.sweeps.launched import forget_failure, read_failure, read_result
 from marin_pipelines.sweeps.plots import CURVES_FILE, HISTORY_FILE, PARAMS_FILE
 from marin_pipelines.sweeps.settings import SweepSettings
 from marin_pipelines.sweeps.space import SearchSpace
 from marin_pipelines.sweeps.study import JOURNAL_FILE
 from marin_pipelines.sweeps.trial_table import TABLE_FILE
+from marin_pipelines.sweeps.watch import watching
 from marin_pipelines.train.train_config import LOSS_CURVE_FILE
 
 SWEEP_STORAGE = "MARIN_SWEEP_STORAGE"  # a database URL for every sweep step's study (production's Postgres)
@@ -112,31 +123,37 @@ def sweep(
     each trial a training run that reports its metric as it trains, the bad ones stopped early. The output
     holds the study, each trial's run folder, the trial table, the best config (``best.json``: what a
     training step with this sweep as its ``best_of`` input trains with) and the plots."""
-    from marin_pipelines.sweeps.sweep import SweepFailed, run_sweep  # JAX: where a sweep runs
+    from marin_pipelines.sweeps.plan import SweepPlan  # JAX: the inputs checked as the child checks them
 
     arguments = sweep_arguments(ctx.step.name, config, tokenized_cache, caches, out.work)
+    try:
+        SweepPlan.make(**arguments)  # bad input: said here, before a child is launched
+    except ValueError as e:
+        raise InputError(f"{ctx.step.name}: {e}") from None
 
     def on_trial(event: str, row: dict[str, Any]) -> None:
         ctx.events("trial", {"event": event, **row})
 
+    forget_failure(out.work)
     try:
-        result = run_sweep(**arguments, on_trial=on_trial)
-    except (SweepFailed, ValueError) as e:  # every trial failed, or bad input: another attempt cannot help
-        raise InputError(f"{ctx.step.name}: {e}") from None
+        with watching(out.work, arguments["storage"], on_trial):  # its trials told as the child trains them
+            ctx.launcher.sweep(SweepLaunch(**arguments))
+    except Exception:
+        if (reason := read_failure(out.work)) is not None:  # every trial failed, or bad input: for good
+            raise InputError(f"{ctx.step.name}: {reason}") from None
+        raise  # a killed or preempted child: a retry continues the study
     out.keep_work()
-    storage = arguments["storage"]
-    if storage is not None and "://" not in storage:  # a bucket store's journal, kept in the local cache
-        shutil.copy(storage, out.path / JOURNAL_FILE)
+    result = read_result(out.work)
     table = read_table(out.work)
-    best = result.best
+    best, trials = result["best"], result["trials"]
     out.metadata.update(
         metric=config.settings.metric,
-        complete=result.complete,
-        pruned=result.pruned,
-        failed=result.failed,
-        flops=result.flops,
+        complete=trials["complete"],
+        pruned=trials["pruned"],
+        failed=trials["failed"],
+        flops=result["flops"],
         **(
-            {"best_value": best.value, "best_trial": best.trial, "best_params": best.params}
+            {"best_value": best["value"], "best_trial": best["trial"], "best_params": best["params"]}
             if best is not None
             else {}
         ),

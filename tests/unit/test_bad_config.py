@@ -232,6 +232,7 @@ def test_unknown_fields_list_the_allowed_ones_at_any_depth():
         (["train"], ["--steps", "5", "--quiet"]),
         (["sft"], ["--heldout", "h.jsonl"]),
         (["eval"], ["--tasks", "marin_python_mc", "--batch-size", "4"]),
+        (["sweep"], ["--trials", "3", "--workers", "2"]),
     ],
 )
 def test_a_flag_beside_a_step_config_is_refused_not_ignored(command, flags, capsys):

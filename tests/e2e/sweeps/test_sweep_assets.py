@@ -1,13 +1,14 @@
-"""A sweep step in Dagster over the tiny pipeline's data: its trials as dynamic partitions reported as they
-end, its summary's counts and plots, the best trial's config trained by a later step that takes the sweep as
-an input, a rerun that trains nothing, and a failed trial retried from its partition."""
+"""A sweep step in Dagster over the tiny pipeline's data: its trials trained in a launched child, as dynamic
+partitions reported as they end (the child's study watched), its summary's counts and plots, the best trial's
+config trained by a later step that takes the sweep as an input, a rerun that trains nothing, a sweep whose
+every trial fails in its child failing for good, and a failed trial retried from its partition."""
 
 import json
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from dagster import AssetKey, AssetRecordsFilter, DagsterInstance, materialize
+from dagster import AssetExecutionContext, AssetKey, AssetRecordsFilter, DagsterInstance, materialize
 from sweep_inputs import BAD_LR, GOOD_LR
 from tiny_pipeline import MODEL, TRAIN, tiny_run, tiny_tokens
 
@@ -17,7 +18,10 @@ from marin_pipelines.defs.sweep_assets import trial_partitions, trials_key
 from marin_pipelines.experiment import Experiment
 from marin_pipelines.experiments.defaults import sweep, train
 from marin_pipelines.resources import default_resources
+from marin_pipelines.resources.launcher import LocalLauncher
+from marin_pipelines.step_runner import InProcessLauncher
 from marin_pipelines.store import ArtifactStore
+from marin_pipelines.sweeps.launch_config import SweepLaunch
 
 # the grid's order for seed 6 is good, bad, good (as in tests/e2e/sweeps/test_sweep.py): the median pruner
 # (after one finished trial) prunes the bad learning rate at its first report; the two good trials report the
@@ -51,9 +55,21 @@ def mtimes(folder: Path) -> dict[Path, int]:
     return {p: p.stat().st_mtime_ns for p in folder.rglob("metrics.jsonl")}
 
 
+class SweepsHere(LocalLauncher):
+    """Sweeps in the test's process, where a trial's training can be patched; the rest launched as ever."""
+
+    def sweep(self, context: AssetExecutionContext, launch: SweepLaunch) -> list:
+        return InProcessLauncher().sweep(launch)
+
+
+def not_here(*args, **kwargs):
+    raise AssertionError("a trial trained in the Dagster process: the launched child trains them")
+
+
 @pytest.fixture(scope="module")
 def swept(tiny_store):
-    """The sweep materialised once in an instance of its own, and what the tests read of it."""
+    """The sweep materialised once in an instance of its own (its trials trained in the launched child, the
+    study watched every tenth of a second), and what the tests read of it."""
     tokens = tiny_tokens()
     lr = sweep("sweepstep/lr", base=tiny_run(tokens, "sweepstep/base"), space=SPACE, **SETTINGS)
     best = train("sweepstep/best", tokens, model=MODEL, train=TRAIN, best_of=lr.best)
@@ -63,7 +79,10 @@ def swept(tiny_store):
     def run(key: AssetKey, **options):
         return materialize(assets, selection=[key], instance=instance, resources=resources, **options)
 
-    result = run(asset_key(lr.step))
+    with pytest.MonkeyPatch.context() as patched:
+        patched.setattr("marin_pipelines.sweeps.trial.train_launched", not_here)
+        patched.setattr("marin_pipelines.sweeps.watch.WATCH_SECONDS", 0.1)
+        result = run(asset_key(lr.step))
     artifact = ArtifactStore(tiny_store).get(lr.step.key, lr.step.version)
     return SimpleNamespace(lr=lr, best=best, run=run, instance=instance, result=result, artifact=artifact)
 
@@ -99,8 +118,19 @@ def test_each_trial_is_a_partition_reported_as_it_ends_and_the_summary_counts_th
     for plot in ("history", "params", "curves"):
         assert summary[plot].startswith(f"![{plot}](data:image/png;base64,")
     assert "| 1 | pruned | 1e-06 | " in summary["trials"]
-    for name in ("study.journal", "trials.parquet", "best.json", "summary.json"):
+    for name in ("study.journal", "trials.parquet", "best.json", "summary.json", "sweep_launch.json"):
         assert (output / name).is_file()
+    assert not (output / "failed.json").exists()
+
+
+def test_the_trials_train_in_the_launched_child_and_are_reported_while_it_runs(swept):
+    # the parent's training was patched to fail (the fixture): every trial complete or pruned, so not here
+    assert SweepLaunch.read(f"{swept.artifact.url}/sweep_launch.json").out.endswith(".work")
+    records = swept.instance.fetch_materializations(AssetRecordsFilter(trials_key(swept.lr.step)), limit=10)
+    reported = {r.asset_materialization.partition: r.timestamp for r in records.records}
+    # trial 0000 told while the child still trained trial 0002 (its train.json: written as it ended)
+    last = Path(swept.artifact.url) / "trials" / "0002" / "train.json"
+    assert reported["0000"] < last.stat().st_mtime
 
 
 def test_a_training_step_takes_the_best_trials_config_from_the_sweep(swept):
@@ -134,13 +164,17 @@ def test_a_rerun_reuses_the_sweep_and_a_trial_alone_is_read_from_it(swept):
     assert mtimes(output) == before  # nothing trained
 
 
-def two_trials(tiny_store: str, name: str, **settings):
-    """A sweep of two good learning rates in an instance of its own, and how to materialise its assets."""
-    space = {"train.learning_rate": [GOOD_LR, 0.01]}
+def two_trials(tiny_store: str, name: str, space: dict | None = None, here: bool = True, **settings):
+    """A sweep of two good learning rates (or ``space``) in an instance of its own, and how to materialise
+    its assets; its trials trained in this process (``here``, where a test patches their training), else
+    in the launched child."""
+    space = space or {"train.learning_rate": [GOOD_LR, 0.01]}
     base = tiny_run(tiny_tokens(), "sweepstep/base")
     swept = sweep(name, base=base, space=space, trials=2, sampler="grid", pruner="none", **settings)
     assets = list(experiment_definitions([Experiment("two_trials", steps=[swept.step])]).assets)
     instance, resources = DagsterInstance.ephemeral(), default_resources(tiny_store)
+    if here:
+        resources["launcher"] = SweepsHere()
 
     def run(key: AssetKey, **options):
         return materialize(assets, selection=[key], instance=instance, resources=resources, **options)
@@ -185,6 +219,19 @@ def test_a_failed_trial_is_trained_again_from_its_partition_and_the_sweep_then_f
         2,
     )
     assert len(trial_events(instance, key)["0002"]) == 1  # reported once, by the run that trained it
+
+
+def test_a_sweep_whose_every_trial_fails_in_its_child_fails_for_good(tiny_store):
+    # valid configs that the data refuses as each trial resolves its model (the cache has 512 token ids)
+    broken, run, instance = two_trials(tiny_store, "sweepstep/broken", {"model.vocab_size": [100, 200]}, False)
+    failed = run(asset_key(broken.step), raise_on_error=False)
+    assert not failed.success
+    [failure] = [e for e in failed.all_events if e.event_type_value == "STEP_FAILURE"]
+    error = failure.step_failure_data.error.message
+    assert "every trial of the sweep in" in error and "is below the data's vocab (512)" in error
+    assert not any(e.event_type_value == "STEP_UP_FOR_RETRY" for e in failed.all_events)
+    events = trial_events(instance, trials_key(broken.step))
+    assert {k: [e["state"] for e in v] for k, v in events.items()} == {"0000": ["failed"], "0001": ["failed"]}
 
 
 class Killed(BaseException):
