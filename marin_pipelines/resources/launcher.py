@@ -92,7 +92,7 @@ class LauncherResource(ConfigurableResource):
     def sweep(self, context: AssetExecutionContext, launch: SweepLaunch) -> list[Any]:
         """A sweep, its trials trained one after another in the launched process (one pod, however many
         hosts a training run of this launcher spans), which writes its outcome into its folder."""
-        return self.launch(context, launch.write())
+        return self.launch(context, launch.write(), launch.env())
 
 
 class LocalLauncher(LauncherResource):

@@ -102,6 +102,14 @@ def sweep_arguments(
     }
 
 
+def sweep_launch(arguments: dict[str, Any]) -> SweepLaunch:
+    """What the launched sweep is told: ``arguments``, a database URL from ``MARIN_SWEEP_STORAGE`` named by
+    its variable (the launcher hands it on), never written into the file kept with the output."""
+    if os.environ.get(SWEEP_STORAGE):
+        return SweepLaunch(**{**arguments, "storage": None}, storage_from=SWEEP_STORAGE)
+    return SweepLaunch(**arguments)
+
+
 SWEEP_HEADLINE = ("best_value", "best_trial", "complete", "pruned", "failed", "flops")
 
 
@@ -137,7 +145,7 @@ def sweep(
     forget_failure(out.work)
     try:
         with watching(out.work, arguments["storage"], on_trial):  # its trials told as the child trains them
-            ctx.launcher.sweep(SweepLaunch(**arguments))
+            ctx.launcher.sweep(sweep_launch(arguments))
     except Exception:
         if (reason := read_failure(out.work)) is not None:  # every trial failed, or bad input: for good
             raise InputError(f"{ctx.step.name}: {reason}") from None

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any, ClassVar
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from marin_pipelines.launch_config import LaunchConfig
 from marin_pipelines.sweeps.settings import SweepSettings
@@ -30,10 +31,33 @@ class SweepLaunch(LaunchConfig):
         description="where the study lives: a database URL or a journal file (copied into out when the "
         "sweep ends); None: out's journal file",
     )
+    storage_from: str | None = Field(
+        None,
+        description="an environment variable holding the storage's database URL, in place of storage: the "
+        "URL (its password) is kept out of this file, which the output keeps; the launcher hands it on",
+    )
     workers: int = Field(1, ge=1, description="local processes training trials at once")
     progress: bool = Field(True, description="a progress line a trial on stderr")
 
+    @model_validator(mode="after")
+    def _one_storage(self) -> SweepLaunch:
+        if self.storage is not None and self.storage_from is not None:
+            raise ValueError("storage and storage_from: one or the other")
+        return self
+
     def arguments(self) -> dict[str, Any]:
         """``run_sweep``'s arguments."""
-        fields = ("base", "data", "space", "settings", "out", "storage", "workers", "progress")
-        return {name: getattr(self, name) for name in fields}
+        fields = ("base", "data", "space", "settings", "out", "workers", "progress")
+        return {**{name: getattr(self, name) for name in fields}, "storage": self.storage_url()}
+
+    def storage_url(self) -> str | None:
+        """``storage``, or the URL the variable ``storage_from`` holds."""
+        if self.storage_from is None:
+            return self.storage
+        if not (url := os.environ.get(self.storage_from)):
+            raise ValueError(f"{self.file}: the study's database URL is in ${self.storage_from}: not set")
+        return url
+
+    def env(self) -> dict[str, str]:
+        """What the launched process needs in its environment besides the file: ``storage_from``'s URL."""
+        return {} if self.storage_from is None else {self.storage_from: str(self.storage_url())}

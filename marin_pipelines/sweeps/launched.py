@@ -31,7 +31,7 @@ def sweep_launched(launch: SweepLaunch) -> Any:
     except (SweepFailed, ValueError) as e:
         write_url(f"{launch.folder}/{FAILED_FILE}", json.dumps({"error": str(e)}, indent=2))
         raise
-    journal, kept = launch.storage, f"{launch.folder}/{JOURNAL_FILE}"
+    journal, kept = launch.storage_url(), f"{launch.folder}/{JOURNAL_FILE}"
     if journal is not None and "://" not in journal and Path(journal).resolve() != Path(kept).resolve():
         write_url(kept, Path(journal).read_bytes())  # a URL's Path is no local file: never the same
     return result

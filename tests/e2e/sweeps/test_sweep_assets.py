@@ -223,7 +223,8 @@ def test_a_failed_trial_is_trained_again_from_its_partition_and_the_sweep_then_f
 
 def test_a_sweep_whose_every_trial_fails_in_its_child_fails_for_good(tiny_store):
     # valid configs that the data refuses as each trial resolves its model (the cache has 512 token ids)
-    broken, run, instance = two_trials(tiny_store, "sweepstep/broken", {"model.vocab_size": [100, 200]}, False)
+    space = {"model.vocab_size": [100, 200]}
+    broken, run, instance = two_trials(tiny_store, "sweepstep/broken", space, here=False)
     failed = run(asset_key(broken.step), raise_on_error=False)
     assert not failed.success
     [failure] = [e for e in failed.all_events if e.event_type_value == "STEP_FAILURE"]
