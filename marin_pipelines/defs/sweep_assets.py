@@ -1,13 +1,16 @@
 """A sweep in Dagster: the sweep step's own asset (its summary) and its trials, one dynamic partition each.
 
-- ``{sweep}`` (e.g. ``opt_sweep/muon``), the step's asset, runs the sweep (``stages/sweep.py``). As the
-  sampler asks for each trial, the trial's partition (its number: ``0007``) is added to ``{sweep}/trials``;
-  when the trial ends, a materialisation of that partition is reported with the trial's params, value, state,
-  steps, FLOPs, wall seconds, error and loss curve. The asset's own metadata says what the sweep found: the
-  best trial, the trials complete, pruned and failed, the FLOPs, the trial table and the plots. Trials that
-  other workers trained (another process or run on the same study) are reported when the sweep ends: every
-  trial whose partition this instance has no materialisation of. A run that reuses the output trains and
-  reports nothing new.
+- ``{sweep}`` (e.g. ``opt_sweep/muon``), the step's asset, has the launcher run the sweep
+  (``stages/sweep.py``: a subprocess or a pod, which cannot reach the instance) and watches its study
+  meanwhile (``sweeps/watch.py``, every few seconds, from a thread of this process: the launcher's call
+  stays in the compute thread, where a terminated run's interrupt reaches Pipes, which stops the child). As
+  the watch first sees each trial, the trial's partition (its number: ``0007``) is added to
+  ``{sweep}/trials``; as it first sees the trial ended, a materialisation of that partition is reported with
+  the trial's params, value, state, steps, FLOPs, wall seconds, error and loss curve. The asset's own
+  metadata says what the sweep found: the best trial, the trials complete, pruned and failed, the FLOPs,
+  the trial table and the plots. Trials the watch did not see (a study it cannot read while the child runs:
+  a journal in a pod's local cache) are reported when the sweep ends: every trial whose partition this
+  instance has no materialisation of. A run that reuses the output trains and reports nothing new.
 - ``{sweep}/trials``, materialised alone (a trial's page in the UI, or a failed trial retried from there):
   while the sweep's output is not complete, that one trial is finished through the core
   (``sweeps.sweep.run_one``) in the sweep's work folder: resumed from its checkpoint where the run training it
@@ -79,7 +82,10 @@ def trial_metadata(row: dict[str, Any]) -> dict[str, Any]:
 
 class TrialReporter:
     """A sweep's trials told to the instance from inside a run: each trial's partition added as it starts,
-    its materialisation logged as it ends (not ``own``'s: the asset reports that partition itself)."""
+    its materialisation logged as it ends (not ``own``'s: the asset reports that partition itself), once.
+    Called from the sweep's watch thread while the launched sweep runs (``sweeps/watch.py``), one call at a
+    time, then from the compute thread: the instance's calls and ``log_event`` (logged to the instance at
+    once), as Pipes' own message thread logs."""
 
     def __init__(self, context: AssetExecutionContext, step: Step, own: str | None = None):
         self.context, self.step, self.own = context, step, own
@@ -90,7 +96,7 @@ class TrialReporter:
         if event == "trial":
             key = trial_key(data["number"])
             self.add([key])
-            if data["event"] == "finished" and key != self.own:
+            if data["event"] == "finished" and key != self.own and key not in self.reported:
                 self.report(key, data)
         elif event == "built":  # the sweep's output: every trial this instance has not seen materialised
             rows = committed_rows(data["artifact"])
