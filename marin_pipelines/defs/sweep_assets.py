@@ -40,10 +40,12 @@ from dagster import (
     asset,
 )
 
-from marin_pipelines.defs.step_assets import EXPERIMENT_TAG, asset_in, readable, slug
+from marin_pipelines.defs.step_assets import EXPERIMENT_TAG, BoundLauncher, asset_in, readable, slug
 from marin_pipelines.experiment import Experiment
-from marin_pipelines.stages.sweep import committed_rows, sweep_arguments, trial_curve
+from marin_pipelines.stages.sweep import committed_rows, sweep_arguments, sweep_launch, trial_curve
 from marin_pipelines.steps import InputError, Step
+from marin_pipelines.sweeps.launched import forget, read_trial, trial_file
+from marin_pipelines.sweeps.watch import watching
 
 Events = Callable[[str, dict[str, Any]], None]
 
@@ -140,7 +142,7 @@ def trials_asset(step: Step, users: list[Experiment], launcher_pool: str | None)
         f"afterwards it is reported from the sweep's output.\n\nDeclared at {step.declared_at}.",
         ins={name: asset_in(step, name) for name in step.inputs},
         partitions_def=trial_partitions(step),
-        required_resource_keys={"store"},
+        required_resource_keys={"store", "launcher"},
         kinds={"optuna", "jax"},
         tags={EXPERIMENT_TAG.format(e.name): "" for e in users},
         pool=launcher_pool,
@@ -160,19 +162,46 @@ def trials_asset(step: Step, users: list[Experiment], launcher_pool: str | None)
             context.log.info(f"trial {key} of {step.name}: from the complete sweep ({artifact.url})")
             yield MaterializeResult(metadata=trial_metadata(rows[number]))
             return
-        from marin_pipelines.sweeps.plan import SweepPlan  # JAX: where a trial trains
-        from marin_pipelines.sweeps.sweep import run_one
-
         cache = inputs.pop("tokenized_cache")
         try:
             work = store.work_url(step.key, step.version)
-            plan = SweepPlan.make(**sweep_arguments(step.name, step.config, cache, inputs, work))
-            reporter = TrialReporter(context, step, own=key)
-            rows = run_one(
-                plan, number, on_trial=lambda event, row: reporter("trial", {"event": event, **row})
+            rows = launch_trial(
+                context, step, number, sweep_arguments(step.name, step.config, cache, inputs, work)
             )
         except (InputError, ValueError) as e:  # no trial of that number, bad input: a retry cannot help
             raise Failure(description=str(e), allow_retries=False) from e
         yield MaterializeResult(metadata=trial_metadata(rows[0]))
 
     return trials
+
+
+def launch_trial(
+    context: AssetExecutionContext, step: Step, number: int, arguments: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """Trial ``number`` of the sweep (``run_sweep``'s ``arguments``) finished by the launcher (``run_one`` in
+    its child), its study watched meanwhile as the sweep's asset watches it: a retry's partition added and
+    reported as it is seen. Its rows, read back from the child's ``trial_NNNN.json``; the retry's partition
+    added and reported from them where the watch did not see it (a study in a pod's local cache)."""
+    from marin_pipelines.sweeps.plan import SweepPlan  # JAX: the inputs checked as the child checks them
+
+    SweepPlan.make(**arguments)  # bad input: said here, before a child is launched
+    reporter = TrialReporter(context, step, own=trial_key(number))
+
+    def on_trial(event: str, row: dict[str, Any]) -> None:
+        reporter("trial", {"event": event, **row})
+
+    work, outcome = arguments["out"], trial_file(arguments["out"], number)
+    forget(outcome)
+    try:
+        with watching(work, arguments["storage"], on_trial):
+            BoundLauncher(context.resources.launcher, context).sweep(
+                sweep_launch({**arguments, "trial": number})
+            )
+    except Exception:
+        if (reason := read_trial(work, number).get("error")) is not None:  # no such trial, bad input
+            raise InputError(f"{step.name}: {reason}") from None
+        raise  # a killed child: materialised again, the trial is resumed
+    rows = read_trial(work, number)["rows"]
+    for row in rows[1:]:  # the retry, where the watch did not tell it
+        on_trial("finished", row)
+    return rows
