@@ -12,12 +12,15 @@
   a journal in a pod's local cache) are reported when the sweep ends: every trial whose partition this
   instance has no materialisation of. A run that reuses the output trains and reports nothing new.
 - ``{sweep}/trials``, materialised alone (a trial's page in the UI, or a failed trial retried from there):
-  while the sweep's output is not complete, that one trial is finished through the core
-  (``sweeps.sweep.run_one``) in the sweep's work folder: resumed from its checkpoint where the run training it
-  ended (killed, preempted), waited for where another run trains it, trained again where it failed (as a new
-  trial of its parameters, whose partition is added and reported; the failed one's says ``retried_as``);
-  then the sweep's own asset, run again, continues the study and finishes. Once the sweep's output is
-  complete its trials are final (a version is one output): materialising a trial reports it from the output.
+  while the sweep's output is not complete, the launcher finishes that one trial (``SweepLaunch`` with its
+  ``trial``: ``sweeps.sweep.run_one`` in the child) in the sweep's work folder: resumed from its checkpoint
+  where the run training it ended (killed, preempted), waited for where another run trains it, trained again
+  where it failed (as a new trial of its parameters; the failed one's row says ``retried_as``). The study is
+  watched meanwhile as for the sweep's asset, so the retry's partition is added and reported as it is seen
+  (where the watch cannot read the study, from the rows the child writes to ``trial_NNNN.json``, which the
+  trial's own materialisation reports); then the sweep's own asset, run again, continues the study and
+  finishes. Once the sweep's output is complete its trials are final (a version is one output):
+  materialising a trial reports it from the output.
 
 Any number of runs of one sweep (the sweep's asset twice, or beside a trial's run, on one machine or sharing
 the Postgres study of ``MARIN_SWEEP_STORAGE``) share its study and never train one trial twice: the core's
@@ -137,8 +140,9 @@ def trials_asset(step: Step, users: list[Experiment], launcher_pool: str | None)
         key=trials_key(step),
         group_name=step.key[0],
         description=f"The trials of the sweep {step.name}, one partition each (its number), with its params, "
-        "value, state, steps, FLOPs and loss curve. Materialising one finishes it through the sweep's study "
-        "(resumed where its run ended, trained again where it failed) while the sweep is not complete; "
+        "value, state, steps, FLOPs and loss curve. Materialising one has the launcher finish it through "
+        "the sweep's study (resumed where its run ended, trained again where it failed) while the sweep is "
+        "not complete; "
         f"afterwards it is reported from the sweep's output.\n\nDeclared at {step.declared_at}.",
         ins={name: asset_in(step, name) for name in step.inputs},
         partitions_def=trial_partitions(step),
