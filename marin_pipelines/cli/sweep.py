@@ -12,7 +12,9 @@ trial a killed worker left is resumed from its checkpoint.
 The sweep step's launcher runs it as ``python -m marin_pipelines.cli sweep --step-config FILE``: the base run,
 the cache, the space, the settings and the folder in one JSON file (``SweepLaunch``), no other flag beside
 it. A sweep that cannot succeed (every trial failed, or bad input) then also writes ``failed.json`` with the
-reason into its folder, for the step to read (``sweeps/launched.py``).
+reason into its folder, for the step to read (``sweeps/launched.py``). A file that names a ``trial`` finishes
+that one trial of the sweep (its partition materialised alone: resumed, or trained again where it failed):
+its rows go to ``trial_NNNN.json`` in the folder, and to stdout as ``{"rows": [...]}``.
 """
 
 from __future__ import annotations
@@ -101,7 +103,8 @@ def run_sweep_command(args: argparse.Namespace) -> int:
 
 def launched_sweep(file: str) -> int:
     """The sweep a launcher wrote down (``SweepLaunch``): its outcome goes to its folder (``summary.json``,
-    or ``failed.json`` for a sweep no retry mends: every trial failed, or bad input)."""
+    or ``failed.json`` for a sweep no retry mends: every trial failed, or bad input; ``trial_NNNN.json`` for
+    one trial)."""
     from marin_pipelines.sweeps.launch_config import SweepLaunch
     from marin_pipelines.sweeps.launched import sweep_launched
     from marin_pipelines.sweeps.sweep import SweepFailed
@@ -113,5 +116,5 @@ def launched_sweep(file: str) -> int:
     except SweepFailed as e:
         print(f"marin-pipelines: error: {e}", file=sys.stderr)
         return 1
-    print_json(result.summary())
+    print_json({"rows": result} if launch.trial is not None else result.summary())
     return 0

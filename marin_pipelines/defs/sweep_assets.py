@@ -12,12 +12,15 @@
   a journal in a pod's local cache) are reported when the sweep ends: every trial whose partition this
   instance has no materialisation of. A run that reuses the output trains and reports nothing new.
 - ``{sweep}/trials``, materialised alone (a trial's page in the UI, or a failed trial retried from there):
-  while the sweep's output is not complete, that one trial is finished through the core
-  (``sweeps.sweep.run_one``) in the sweep's work folder: resumed from its checkpoint where the run training it
-  ended (killed, preempted), waited for where another run trains it, trained again where it failed (as a new
-  trial of its parameters, whose partition is added and reported; the failed one's says ``retried_as``);
-  then the sweep's own asset, run again, continues the study and finishes. Once the sweep's output is
-  complete its trials are final (a version is one output): materialising a trial reports it from the output.
+  while the sweep's output is not complete, the launcher finishes that one trial (``SweepLaunch`` with its
+  ``trial``: ``sweeps.sweep.run_one`` in the child) in the sweep's work folder: resumed from its checkpoint
+  where the run training it ended (killed, preempted), waited for where another run trains it, trained again
+  where it failed (as a new trial of its parameters; the failed one's row says ``retried_as``). The study is
+  watched meanwhile as for the sweep's asset, so the retry's partition is added and reported as it is seen
+  (where the watch cannot read the study, from the rows the child writes to ``trial_NNNN.json``, which the
+  trial's own materialisation reports); then the sweep's own asset, run again, continues the study and
+  finishes. Once the sweep's output is complete its trials are final (a version is one output):
+  materialising a trial reports it from the output.
 
 Any number of runs of one sweep (the sweep's asset twice, or beside a trial's run, on one machine or sharing
 the Postgres study of ``MARIN_SWEEP_STORAGE``) share its study and never train one trial twice: the core's
@@ -40,10 +43,12 @@ from dagster import (
     asset,
 )
 
-from marin_pipelines.defs.step_assets import EXPERIMENT_TAG, asset_in, readable, slug
+from marin_pipelines.defs.step_assets import EXPERIMENT_TAG, BoundLauncher, asset_in, readable, slug
 from marin_pipelines.experiment import Experiment
-from marin_pipelines.stages.sweep import committed_rows, sweep_arguments, trial_curve
+from marin_pipelines.stages.sweep import committed_rows, sweep_arguments, sweep_launch, trial_curve
 from marin_pipelines.steps import InputError, Step
+from marin_pipelines.sweeps.launched import forget, read_trial, trial_file
+from marin_pipelines.sweeps.watch import watching
 
 Events = Callable[[str, dict[str, Any]], None]
 
@@ -135,12 +140,13 @@ def trials_asset(step: Step, users: list[Experiment], launcher_pool: str | None)
         key=trials_key(step),
         group_name=step.key[0],
         description=f"The trials of the sweep {step.name}, one partition each (its number), with its params, "
-        "value, state, steps, FLOPs and loss curve. Materialising one finishes it through the sweep's study "
-        "(resumed where its run ended, trained again where it failed) while the sweep is not complete; "
+        "value, state, steps, FLOPs and loss curve. Materialising one has the launcher finish it through "
+        "the sweep's study (resumed where its run ended, trained again where it failed) while the sweep is "
+        "not complete; "
         f"afterwards it is reported from the sweep's output.\n\nDeclared at {step.declared_at}.",
         ins={name: asset_in(step, name) for name in step.inputs},
         partitions_def=trial_partitions(step),
-        required_resource_keys={"store"},
+        required_resource_keys={"store", "launcher"},
         kinds={"optuna", "jax"},
         tags={EXPERIMENT_TAG.format(e.name): "" for e in users},
         pool=launcher_pool,
@@ -160,19 +166,46 @@ def trials_asset(step: Step, users: list[Experiment], launcher_pool: str | None)
             context.log.info(f"trial {key} of {step.name}: from the complete sweep ({artifact.url})")
             yield MaterializeResult(metadata=trial_metadata(rows[number]))
             return
-        from marin_pipelines.sweeps.plan import SweepPlan  # JAX: where a trial trains
-        from marin_pipelines.sweeps.sweep import run_one
-
         cache = inputs.pop("tokenized_cache")
         try:
             work = store.work_url(step.key, step.version)
-            plan = SweepPlan.make(**sweep_arguments(step.name, step.config, cache, inputs, work))
-            reporter = TrialReporter(context, step, own=key)
-            rows = run_one(
-                plan, number, on_trial=lambda event, row: reporter("trial", {"event": event, **row})
+            rows = launch_trial(
+                context, step, number, sweep_arguments(step.name, step.config, cache, inputs, work)
             )
         except (InputError, ValueError) as e:  # no trial of that number, bad input: a retry cannot help
             raise Failure(description=str(e), allow_retries=False) from e
         yield MaterializeResult(metadata=trial_metadata(rows[0]))
 
     return trials
+
+
+def launch_trial(
+    context: AssetExecutionContext, step: Step, number: int, arguments: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """Trial ``number`` of the sweep (``run_sweep``'s ``arguments``) finished by the launcher (``run_one`` in
+    its child), its study watched meanwhile as the sweep's asset watches it: a retry's partition added and
+    reported as it is seen. Its rows, read back from the child's ``trial_NNNN.json``; the retry's partition
+    added and reported from them where the watch did not see it (a study in a pod's local cache)."""
+    from marin_pipelines.sweeps.plan import SweepPlan  # JAX: the inputs checked as the child checks them
+
+    SweepPlan.make(**arguments)  # bad input: said here, before a child is launched
+    reporter = TrialReporter(context, step, own=trial_key(number))
+
+    def on_trial(event: str, row: dict[str, Any]) -> None:
+        reporter("trial", {"event": event, **row})
+
+    work, outcome = arguments["out"], trial_file(arguments["out"], number)
+    forget(outcome)
+    try:
+        with watching(work, arguments["storage"], on_trial):
+            BoundLauncher(context.resources.launcher, context).sweep(
+                sweep_launch({**arguments, "trial": number})
+            )
+    except Exception:
+        if (reason := read_trial(work, number).get("error")) is not None:  # no such trial, bad input
+            raise InputError(f"{step.name}: {reason}") from None
+        raise  # a killed child: materialised again, the trial is resumed
+    rows = read_trial(work, number)["rows"]
+    for row in rows[1:]:  # the retry, where the watch did not tell it
+        on_trial("finished", row)
+    return rows

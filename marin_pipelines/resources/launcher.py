@@ -5,7 +5,8 @@ Both run the command line under Dagster Pipes on one config file that they write
 output (``marin_pipelines/launch_config.py``): ``python -m marin_pipelines.cli train --step-config FILE``
 (or ``sft``) streams its logged steps back while it trains into its folder; ``python -m
 marin_pipelines.cli eval --step-config FILE`` sends its progress and a summary, and writes the results JSON;
-``python -m marin_pipelines.cli sweep --step-config FILE`` trains a sweep's trials and writes its outcome.
+``python -m marin_pipelines.cli sweep --step-config FILE`` trains a sweep's trials (or finishes one of them)
+and writes its outcome.
 On Kubernetes those paths must be shared with the pod: a ``gs://`` store, or the store on a mounted volume
 (see ``volume_claim``), exactly as the artifact store is.
 
@@ -91,7 +92,8 @@ class LauncherResource(ConfigurableResource):
 
     def sweep(self, context: AssetExecutionContext, launch: SweepLaunch) -> list[Any]:
         """A sweep, its trials trained one after another in the launched process (one pod, however many
-        hosts a training run of this launcher spans), which writes its outcome into its folder."""
+        hosts a training run of this launcher spans), which writes its outcome into its folder; or, with the
+        launch's ``trial``, that one trial finished."""
         return self.launch(context, launch.write(), launch.env())
 
 

@@ -1,4 +1,5 @@
-"""What a launched sweep is told (``marin_pipelines/launch_config.py``): ``run_sweep``'s arguments."""
+"""What a launched sweep is told (``marin_pipelines/launch_config.py``): ``run_sweep``'s arguments, or the one
+trial of the sweep to finish (``run_one``)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ from marin_pipelines.train.run_config import RunConfig
 class SweepLaunch(LaunchConfig):
     """A sweep of ``space`` over the run ``base`` on the token cache ``data``, in its folder ``out`` (the
     study, the trials' run folders, the table, ``best.json`` and ``summary.json``); it continues the study
-    found there."""
+    found there. With ``trial``, that one trial is finished instead (a trial's partition materialised alone),
+    from a file of its own: ``trial_NNNN_launch.json``."""
 
     command: ClassVar[str] = "sweep"
     file_name: ClassVar[str] = "sweep_launch.json"
@@ -38,12 +40,25 @@ class SweepLaunch(LaunchConfig):
     )
     workers: int = Field(1, ge=1, description="local processes training trials at once")
     progress: bool = Field(True, description="a progress line a trial on stderr")
+    trial: int | None = Field(
+        None,
+        ge=0,
+        description="one trial to finish in place of the sweep: resumed where its run ended, waited for "
+        "where another trains it, trained again where it failed; its rows go to trial_NNNN.json in out",
+    )
 
     @model_validator(mode="after")
     def _one_storage(self) -> SweepLaunch:
         if self.storage is not None and self.storage_from is not None:
             raise ValueError("storage and storage_from: one or the other")
         return self
+
+    @property
+    def file(self) -> str:
+        """The sweep's file, or one trial's: a trial finished beside the sweep leaves the sweep's as it is."""
+        if self.trial is None:
+            return super().file
+        return f"{self.folder}/trial_{self.trial:04d}_launch.json"
 
     def arguments(self) -> dict[str, Any]:
         """``run_sweep``'s arguments."""

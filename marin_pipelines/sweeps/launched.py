@@ -7,6 +7,10 @@ the FLOPs and the best trial from it. A sweep that cannot succeed (every trial f
 raises: ``read_failure`` tells that from a failure a retry may mend (a killed pod). A journal kept outside
 the folder (a bucket store's, in the local cache) is copied into it as the sweep ends, from the process
 that wrote it (the launched one: a pod's local cache is its own).
+
+A ``SweepLaunch`` with ``trial`` finishes that one trial instead (``run_one``) and writes its outcome to
+``trial_NNNN.json`` in the folder: its rows (the trial's, then its retry's, where a failed trial was trained
+again), or the error no retry mends (no trial of that number, bad input); ``read_trial`` reads it back.
 """
 
 from __future__ import annotations
@@ -23,9 +27,12 @@ FAILED_FILE = "failed.json"
 
 
 def sweep_launched(launch: SweepLaunch) -> Any:
-    """The sweep, run here; its ``SweepResult``. Its failure that no retry mends is written down first."""
+    """The sweep, run here; its ``SweepResult`` (the trial's rows, for a launch of one trial). Its failure
+    that no retry mends is written down first."""
     from marin_pipelines.sweeps.sweep import SweepFailed, run_sweep  # JAX: where the sweep runs
 
+    if launch.trial is not None:
+        return trial_launched(launch, launch.trial)
     try:
         result = run_sweep(**launch.arguments())
     except (SweepFailed, ValueError) as e:
@@ -35,6 +42,37 @@ def sweep_launched(launch: SweepLaunch) -> Any:
     if journal is not None and "://" not in journal and Path(journal).resolve() != Path(kept).resolve():
         write_url(kept, Path(journal).read_bytes())  # a URL's Path is no local file: never the same
     return result
+
+
+def trial_file(folder: str, number: int) -> str:
+    """Where a launched trial's outcome goes: ``trial_NNNN.json`` in the sweep's folder."""
+    return f"{folder.rstrip('/')}/trial_{number:04d}.json"
+
+
+def trial_launched(launch: SweepLaunch, number: int) -> list[dict[str, Any]]:
+    """The launch's trial ``number``, finished here (``run_one``); its rows, also written to its file, as is a
+    failure that no retry mends (a ``ValueError``: no trial of that number, bad input) before it is raised."""
+    from marin_pipelines.sweeps.plan import SweepPlan  # JAX: where the trial trains
+    from marin_pipelines.sweeps.sweep import run_one
+
+    arguments = {name: value for name, value in launch.arguments().items() if name != "workers"}
+    outcome = trial_file(launch.folder, number)
+    try:
+        rows = run_one(SweepPlan.make(**arguments), number)
+    except ValueError as e:
+        write_url(outcome, json.dumps({"error": str(e)}, indent=2))
+        raise
+    write_url(outcome, json.dumps({"rows": rows}, indent=2))
+    return rows
+
+
+def read_trial(folder: str, number: int) -> dict[str, Any]:
+    """A launched trial's outcome (``trial_NNNN.json``): ``{"rows": [...]}`` (its row, then its retry's) or
+    ``{"error": ...}``; an empty dict where there is none (its child was killed)."""
+    try:
+        return json.loads(read_url(trial_file(folder, number)))
+    except FileNotFoundError:
+        return {}
 
 
 def read_result(folder: str) -> dict[str, Any]:
@@ -55,8 +93,13 @@ def read_failure(folder: str) -> str | None:
 
 def forget_failure(folder: str) -> None:
     """Remove an earlier attempt's ``failed.json``: the next one's outcome is its own."""
+    forget(f"{folder.rstrip('/')}/{FAILED_FILE}")
+
+
+def forget(url: str) -> None:
+    """Remove an earlier attempt's outcome file (``failed.json``, ``trial_NNNN.json``), if there is one."""
     import fsspec
 
-    fs, path = fsspec.core.url_to_fs(f"{folder.rstrip('/')}/{FAILED_FILE}")
+    fs, path = fsspec.core.url_to_fs(url)
     if fs.exists(path):
         fs.rm_file(path)

@@ -1,7 +1,8 @@
 """A sweep step in Dagster over the tiny pipeline's data: its trials trained in a launched child, as dynamic
 partitions reported as they end (the child's study watched), its summary's counts and plots, the best trial's
 config trained by a later step that takes the sweep as an input, a rerun that trains nothing, a sweep whose
-every trial fails in its child failing for good, and a failed trial retried from its partition."""
+every trial fails in its child failing for good, and a failed trial retried from its partition (trained again
+in a launched child, its retry's partition reported from the watched study)."""
 
 import json
 from pathlib import Path
@@ -167,17 +168,19 @@ def test_a_rerun_reuses_the_sweep_and_a_trial_alone_is_read_from_it(swept):
 def two_trials(tiny_store: str, name: str, space: dict | None = None, here: bool = True, **settings):
     """A sweep of two good learning rates (or ``space``) in an instance of its own, and how to materialise
     its assets; its trials trained in this process (``here``, where a test patches their training), else
-    in the launched child."""
+    in the launched child (``run(key, child=True)``: for that run only)."""
     space = space or {"train.learning_rate": [GOOD_LR, 0.01]}
     base = tiny_run(tiny_tokens(), "sweepstep/base")
     swept = sweep(name, base=base, space=space, trials=2, sampler="grid", pruner="none", **settings)
     assets = list(experiment_definitions([Experiment("two_trials", steps=[swept.step])]).assets)
     instance, resources = DagsterInstance.ephemeral(), default_resources(tiny_store)
+    launched = {**resources}
     if here:
         resources["launcher"] = SweepsHere()
 
-    def run(key: AssetKey, **options):
-        return materialize(assets, selection=[key], instance=instance, resources=resources, **options)
+    def run(key: AssetKey, child: bool = False, **options):
+        chosen = launched if child else resources
+        return materialize(assets, selection=[key], instance=instance, resources=chosen, **options)
 
     return swept, run, instance
 
@@ -201,8 +204,14 @@ def test_a_failed_trial_is_trained_again_from_its_partition_and_the_sweep_then_f
     assert {k: e[0]["state"] for k, e in events.items()} == {"0000": "failed", "0001": "failed"}
     assert "OSError: disk full" in events["0000"][0]["error"]
 
-    retried = run(key, partition_key="0000")  # the UI's retry of the failed trial
+    with monkeypatch.context() as patched:  # the UI's retry of the failed trial, trained in a launched child
+        patched.setattr("marin_pipelines.sweeps.trial.train_launched", not_here)
+        patched.setattr("marin_pipelines.sweeps.watch.WATCH_SECONDS", 0.1)
+        retried = run(key, partition_key="0000", child=True)
     assert retried.success
+    work = Path(store.work_url(flaky.step.key, flaky.step.version))
+    assert SweepLaunch.read(str(work / "trial_0000_launch.json")).trial == 0
+    assert [row["number"] for row in json.loads((work / "trial_0000.json").read_text())["rows"]] == [0, 2]
     events = trial_events(instance, key)
     assert instance.get_dynamic_partitions(trial_partitions(flaky.step).name) == ["0000", "0001", "0002"]
     assert events["0000"][-1]["retried_as"] == "0002" and events["0000"][-1]["state"] == "failed"

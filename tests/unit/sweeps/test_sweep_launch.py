@@ -1,4 +1,5 @@
-"""A launched sweep's file (``SweepLaunch``: a database URL kept out of it) and the watch of its study from
+"""A launched sweep's file (``SweepLaunch``: a database URL kept out of it; one trial's a file of its own, its
+failure written down for the launching process) and the watch of its study from
 the launching process: each trial told once as it is first seen and once as it is first seen finished, the
 trials an earlier attempt finished not told again, a study not there yet simply not seen."""
 
@@ -11,6 +12,7 @@ from optuna.storages.journal import JournalFileBackend
 from optuna.trial import TrialState
 
 from marin_pipelines.sweeps.launch_config import SweepLaunch
+from marin_pipelines.sweeps.launched import read_trial, sweep_launched
 from marin_pipelines.sweeps.settings import SweepSettings
 from marin_pipelines.sweeps.study import JOURNAL_FILE, JOURNAL_STUDY
 from marin_pipelines.sweeps.watch import StudyWatch, watching
@@ -40,6 +42,20 @@ def test_a_database_url_from_the_environment_stays_out_of_the_file(tmp_path, mon
         told.arguments()
     with pytest.raises(ValueError, match="storage and storage_from: one or the other"):
         launch(tmp_path, storage="sqlite:///x.db", storage_from="SWEEP_DB")
+
+
+def test_one_trial_is_launched_from_a_file_of_its_own_and_its_failure_written_down(tmp_path):
+    sweep_args = launch(tmp_path).write()
+    trial = launch(tmp_path, trial=7)
+    args = trial.write()
+    assert args[-1] == f"{tmp_path}/trial_0007_launch.json" and sweep_args[-1] != args[-1]
+    assert SweepLaunch.read(args[-1]).trial == 7 and SweepLaunch.read(sweep_args[-1]).trial is None
+    assert read_trial(str(tmp_path), 7) == {}  # not launched yet
+    bad = trial.model_copy(update={"space": {"train.no_such_field": [1, 2]}})
+    with pytest.raises(ValueError) as raised:  # bad input, which no retry mends
+        sweep_launched(bad)
+    assert read_trial(str(tmp_path), 7) == {"error": str(raised.value)}
+    assert not (tmp_path / "failed.json").exists()  # the sweep's own outcome is not the trial's
 
 
 def test_the_watch_tells_each_trial_as_it_starts_and_ends_once(tmp_path):
