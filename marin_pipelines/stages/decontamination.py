@@ -51,8 +51,7 @@ def against_content(config: DecontaminateConfig) -> Any:
 
 @stage(
     DecontaminateConfig,
-    revision=3,  # 2: Unicode normalised on both sides, a question-answer item's prompt matched on its own;
-    # 3: under action mark, a document whose text is null is kept (marked as matching nothing)
+    revision=2,  # 2: Unicode normalised on both sides; a question-answer item's prompt matched on its own
     kinds=("parquet",),
     checks=FUNNEL,
     needs=("engine",),
