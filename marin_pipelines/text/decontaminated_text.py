@@ -24,8 +24,7 @@ engine (``decontaminate`` is ``documents.run_stage``'s per-document function), s
 only the evaluation suite in memory. Each removed document keeps the sets and items it matched and one shared
 n-gram; ``contamination_report`` turns those into the counts per set and, the other way round, the items of
 each set found in the training data. A document whose text is missing (null) is removed as
-``missing_field``, counted, as the corpus step counts such rows; with ``action: mark``, which keeps every
-document, it is kept, matching nothing (there is no text to compare), so no row is lost.
+``missing_field``, counted, as the corpus step counts such rows.
 """
 
 from __future__ import annotations
@@ -84,8 +83,7 @@ class DecontaminationConfig(BaseModel):
     )
     action: Literal["remove", "mark"] = Field(
         "remove",
-        description="remove: the document goes to removed-*.parquet (a null text too, as missing_field); "
-        "mark: every document is kept with the sets and items it matched (a null text too, matching nothing)",
+        description="remove: the document goes to removed-*.parquet; mark: kept with contaminated_by",
     )
 
 
@@ -223,15 +221,10 @@ class NgramIndex:
 
 def decontaminate(docs: Iterable[Document], index: NgramIndex) -> Iterator[Decision]:
     """One decision per document: kept, or removed as ``contaminated`` with the sets and items it matched
-    and one shared n-gram (with ``action: mark`` every document is kept, with those fields, empty or not; a
-    null text too, matching nothing)."""
-    mark = index.config.action == "mark"
+    and one shared n-gram (with ``action: mark`` every document is kept, with those fields, empty or not)."""
     for doc in docs:
-        if not isinstance(doc.get("text"), str):  # null: nothing to compare
-            if mark:  # kept, as every document is under mark: nothing matched, no row lost
-                yield {**doc, "matched_sets": [], "matched_items": [], "shared_ngram": ""}, None
-            else:  # removed and counted, as the corpus step counts such rows
-                yield doc, MISSING_FIELD
+        if not isinstance(doc.get("text"), str):  # null: nothing to compare, counted as the corpus step does
+            yield doc, MISSING_FIELD
             continue
         found = index.matches(doc["text"])
         matched = {
@@ -239,7 +232,7 @@ def decontaminate(docs: Iterable[Document], index: NgramIndex) -> Iterator[Decis
             "matched_items": [f"{index.items[i].suite}/{index.items[i].item}" for i in sorted(found)],
             "shared_ngram": found[min(found)] if found else "",
         }
-        if mark:
+        if index.config.action == "mark":
             yield {**doc, **matched}, None
         elif found:
             yield {**doc, **matched}, CONTAMINATED

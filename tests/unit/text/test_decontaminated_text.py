@@ -6,7 +6,6 @@ import ast
 import inspect
 import json
 
-import pyarrow as pa
 import pytest
 
 from marin_pipelines.documents import MISSING_FIELD
@@ -191,23 +190,3 @@ def test_a_document_without_text_is_counted_not_a_traceback(suite):
     index = NgramIndex(suite, DecontaminationConfig())
     docs = [{"id": "null", "text": None}, {"id": "ok", "text": "plain words"}]
     assert [reason for _, reason in decontaminate(docs, index)] == [MISSING_FIELD, None]
-
-
-def test_under_mark_a_document_without_text_is_kept_matching_nothing(suite):
-    """``action: mark`` keeps every document: a null text too (there is nothing to compare, so it matches
-    nothing), not removed as missing_field; its other fields are not lost. The kept rows still make one
-    table, null text and all."""
-    index = NgramIndex(suite, DecontaminationConfig(action="mark"))
-    docs = [{"id": "null", "text": None, "url": "u"}, {"id": "ok", "text": "plain words", "url": "v"}]
-    decisions = list(decontaminate(docs, index))
-    assert [reason for _, reason in decisions] == [None, None]
-    kept = decisions[0][0]
-    assert kept == {
-        "id": "null",
-        "text": None,
-        "url": "u",
-        "matched_sets": [],
-        "matched_items": [],
-        "shared_ngram": "",
-    }
-    assert pa.Table.from_pylist([doc for doc, _ in decisions]).num_rows == 2
