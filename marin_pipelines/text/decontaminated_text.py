@@ -24,7 +24,8 @@ engine (``decontaminate`` is ``documents.run_stage``'s per-document function), s
 only the evaluation suite in memory. Each removed document keeps the sets and items it matched and one shared
 n-gram; ``contamination_report`` turns those into the counts per set and, the other way round, the items of
 each set found in the training data. A document whose text is missing (null) is removed as
-``missing_field``, counted, as the corpus step counts such rows.
+``missing_field``, counted, as the corpus step counts such rows, under ``action: mark`` too: a row without
+text is no document (the tokenizer would refuse it), and nothing readable is in it to keep.
 """
 
 from __future__ import annotations
@@ -83,7 +84,9 @@ class DecontaminationConfig(BaseModel):
     )
     action: Literal["remove", "mark"] = Field(
         "remove",
-        description="remove: the document goes to removed-*.parquet; mark: kept with contaminated_by",
+        description="remove: the document goes to removed-*.parquet; mark: every document is kept with the "
+        "sets and items it matched (a row whose text is null is no document: removed as missing_field either "
+        "way)",
     )
 
 

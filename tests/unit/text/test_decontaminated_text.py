@@ -186,7 +186,9 @@ def test_a_question_without_its_answer_is_found_by_its_prompt_alone(suite):
     assert template_words([["only", "one"]]) == (0, 0)
 
 
-def test_a_document_without_text_is_counted_not_a_traceback(suite):
-    index = NgramIndex(suite, DecontaminationConfig())
+@pytest.mark.parametrize("action", ["remove", "mark"])
+def test_a_row_without_text_is_counted_not_a_traceback_under_either_action(suite, action):
+    """A null text is no document (the tokenizer refuses it): counted as missing_field, under mark too."""
+    index = NgramIndex(suite, DecontaminationConfig(action=action))
     docs = [{"id": "null", "text": None}, {"id": "ok", "text": "plain words"}]
     assert [reason for _, reason in decontaminate(docs, index)] == [MISSING_FIELD, None]
