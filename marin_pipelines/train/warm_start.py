@@ -162,16 +162,17 @@ def check_base(
     where = str(base)
     with _latest_checkpoint(base, optimizer) as (checkpoints, step, meta, items):
         stored = {item: checkpoints.shapes(step, item) for item in items}
-    kept = "state" in items
     _, params = abstract_model(model)
-    mine = {name: tuple(leaf.shape) for name, leaf in flatten(params).items()}
-    for name, shape in mine.items():  # in warm_state's order: the same leaf is named first
-        if name in stored["params"]:
-            _grows(name, shape, stored["params"][name], where)
-    if kept:
+    _check_shapes(params, stored["params"], where)
+    if "state" in items:
         _same_optimizer(meta, config.optimizer, where)
         opt_state = jax.eval_shape(make_optimizer(config).init, params)
-        mine = {name: tuple(leaf.shape) for name, leaf in flatten({OPTIMIZER: opt_state}).items()}
-        for name, shape in mine.items():
-            if name in stored["state"]:
-                _grows(name, shape, stored["state"][name], where)
+        _check_shapes({OPTIMIZER: opt_state}, stored["state"], where)
+
+
+def _check_shapes(tree: Any, stored: dict[str, tuple[int, ...]], where: str) -> None:
+    """Each leaf of this run's ``tree`` (shapes only) against the base's of its name, in ``warm_state``'s
+    order, so that the same leaf is named first."""
+    for name, leaf in flatten(tree).items():
+        if name in stored:
+            _grows(name, tuple(leaf.shape), stored[name], where)
