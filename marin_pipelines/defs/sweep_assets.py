@@ -45,10 +45,9 @@ from dagster import (
 
 from marin_pipelines.defs.step_assets import EXPERIMENT_TAG, BoundLauncher, asset_in, readable, slug
 from marin_pipelines.experiment import Experiment
-from marin_pipelines.stages.sweep import committed_rows, sweep_arguments, sweep_launch, trial_curve
+from marin_pipelines.stages.sweep import committed_rows, launch_watched, sweep_arguments, trial_curve
 from marin_pipelines.steps import InputError, Step
-from marin_pipelines.sweeps.launched import forget, read_trial, trial_file
-from marin_pipelines.sweeps.watch import watching
+from marin_pipelines.sweeps.launched import read_trial
 
 Events = Callable[[str, dict[str, Any]], None]
 
@@ -186,26 +185,14 @@ def launch_trial(
     its child), its study watched meanwhile as the sweep's asset watches it: a retry's partition added and
     reported as it is seen. Its rows, read back from the child's ``trial_NNNN.json``; the retry's partition
     added and reported from them where the watch did not see it (a study in a pod's local cache)."""
-    from marin_pipelines.sweeps.plan import SweepPlan  # JAX: the inputs checked as the child checks them
-
-    SweepPlan.make(**arguments)  # bad input: said here, before a child is launched
     reporter = TrialReporter(context, step, own=trial_key(number))
 
     def on_trial(event: str, row: dict[str, Any]) -> None:
         reporter("trial", {"event": event, **row})
 
-    work, outcome = arguments["out"], trial_file(arguments["out"], number)
-    forget(outcome)
-    try:
-        with watching(work, arguments["storage"], on_trial):
-            BoundLauncher(context.resources.launcher, context).sweep(
-                sweep_launch({**arguments, "trial": number})
-            )
-    except Exception:
-        if (reason := read_trial(work, number).get("error")) is not None:  # no such trial, bad input
-            raise InputError(f"{step.name}: {reason}") from None
-        raise  # a killed child: materialised again, the trial is resumed
-    rows = read_trial(work, number)["rows"]
+    launcher = BoundLauncher(context.resources.launcher, context)
+    launch_watched(step.name, launcher, arguments, on_trial, trial=number)
+    rows = read_trial(arguments["out"], number)["rows"]
     for row in rows[1:]:  # the retry, where the watch did not tell it
         on_trial("finished", row)
     return rows

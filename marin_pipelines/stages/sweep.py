@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import io
 import os
+from collections.abc import Callable
 from typing import Any
 
 import fsspec
@@ -38,10 +39,10 @@ import polars as pl
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from marin_pipelines.stages.train import TrainRunConfig, check_trainable
-from marin_pipelines.steps import InputError, StepContext, local_work_dir, stage
+from marin_pipelines.steps import InputError, Launcher, StepContext, local_work_dir, stage
 from marin_pipelines.store import Artifact, PendingArtifact, is_local
 from marin_pipelines.sweeps.launch_config import SweepLaunch
-from marin_pipelines.sweeps.launched import forget_failure, read_failure, read_result
+from marin_pipelines.sweeps.launched import forget_outcome, read_failure, read_result
 from marin_pipelines.sweeps.plots import CURVES_FILE, HISTORY_FILE, PARAMS_FILE
 from marin_pipelines.sweeps.settings import SweepSettings
 from marin_pipelines.sweeps.space import SearchSpace
@@ -110,6 +111,35 @@ def sweep_launch(arguments: dict[str, Any]) -> SweepLaunch:
     return SweepLaunch(**arguments)
 
 
+def launch_watched(
+    name: str,
+    launcher: Launcher,
+    arguments: dict[str, Any],
+    on_trial: Callable[[str, dict[str, Any]], None],
+    trial: int | None = None,
+) -> None:
+    """The sweep of ``run_sweep``'s ``arguments`` (or its one ``trial``) run by ``launcher``, its study
+    watched meanwhile, each trial's start and end told to ``on_trial`` as the child trains it. Bad input
+    (checked here, before a child is launched) and a failure the child wrote down (every trial failed, no
+    such trial) are an ``InputError`` naming the step ``name``: no retry mends them. Any other failure of the
+    child (killed, preempted) is raised as it is, and a retry continues the study."""
+    from marin_pipelines.sweeps.plan import SweepPlan  # JAX: the inputs checked as the child checks them
+
+    try:
+        SweepPlan.make(**arguments)
+    except ValueError as e:
+        raise InputError(f"{name}: {e}") from None
+    work = arguments["out"]
+    forget_outcome(work, trial)
+    try:
+        with watching(work, arguments["storage"], on_trial):
+            launcher.sweep(sweep_launch(arguments if trial is None else {**arguments, "trial": trial}))
+    except Exception:
+        if (reason := read_failure(work, trial)) is not None:
+            raise InputError(f"{name}: {reason}") from None
+        raise
+
+
 SWEEP_HEADLINE = ("best_value", "best_trial", "complete", "pruned", "failed", "flops")
 
 
@@ -131,25 +161,12 @@ def sweep(
     each trial a training run that reports its metric as it trains, the bad ones stopped early. The output
     holds the study, each trial's run folder, the trial table, the best config (``best.json``: what a
     training step with this sweep as its ``best_of`` input trains with) and the plots."""
-    from marin_pipelines.sweeps.plan import SweepPlan  # JAX: the inputs checked as the child checks them
-
     arguments = sweep_arguments(ctx.step.name, config, tokenized_cache, caches, out.work)
-    try:
-        SweepPlan.make(**arguments)  # bad input: said here, before a child is launched
-    except ValueError as e:
-        raise InputError(f"{ctx.step.name}: {e}") from None
 
     def on_trial(event: str, row: dict[str, Any]) -> None:
         ctx.events("trial", {"event": event, **row})
 
-    forget_failure(out.work)
-    try:
-        with watching(out.work, arguments["storage"], on_trial):  # its trials told as the child trains them
-            ctx.launcher.sweep(sweep_launch(arguments))
-    except Exception:
-        if (reason := read_failure(out.work)) is not None:  # every trial failed, or bad input: for good
-            raise InputError(f"{ctx.step.name}: {reason}") from None
-        raise  # a killed or preempted child: a retry continues the study
+    launch_watched(ctx.step.name, ctx.launcher, arguments, on_trial)
     out.keep_work()
     result = read_result(out.work)
     table = read_table(out.work)

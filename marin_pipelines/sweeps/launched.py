@@ -83,23 +83,23 @@ def read_result(folder: str) -> dict[str, Any]:
     return json.loads(read_url(f"{folder.rstrip('/')}/{SUMMARY_FILE}"))
 
 
-def read_failure(folder: str) -> str | None:
-    """Why the sweep in ``folder`` failed for good (``failed.json``), or None."""
+def read_failure(folder: str, trial: int | None = None) -> str | None:
+    """Why the sweep in ``folder`` (or its launched ``trial``) failed for good: ``failed.json`` (or the error
+    in ``trial_NNNN.json``); None where nothing was written down (a killed child, or no failure)."""
+    if trial is not None:
+        return read_trial(folder, trial).get("error")
     try:
         return json.loads(read_url(f"{folder.rstrip('/')}/{FAILED_FILE}"))["error"]
     except FileNotFoundError:
         return None
 
 
-def forget_failure(folder: str) -> None:
-    """Remove an earlier attempt's ``failed.json``: the next one's outcome is its own."""
-    forget(f"{folder.rstrip('/')}/{FAILED_FILE}")
-
-
-def forget(url: str) -> None:
-    """Remove an earlier attempt's outcome file (``failed.json``, ``trial_NNNN.json``), if there is one."""
+def forget_outcome(folder: str, trial: int | None = None) -> None:
+    """Remove what an earlier launch of the sweep (or of its ``trial``) wrote down (``failed.json``,
+    ``trial_NNNN.json``), so that what is read after the next launch is its own."""
     import fsspec
 
+    url = f"{folder.rstrip('/')}/{FAILED_FILE}" if trial is None else trial_file(folder, trial)
     fs, path = fsspec.core.url_to_fs(url)
     if fs.exists(path):
         fs.rm_file(path)
