@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from marin_pipelines.cli import print_json
 from marin_pipelines.cli.forecast import recipe_arguments
+from marin_pipelines.scaling.seed_noise import MEASURED_SEED_NOISE
 
 if TYPE_CHECKING:
     from marin_pipelines.scaling.ladder_planner import LadderPlan
@@ -44,7 +45,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--noise",
         type=float,
         default=None,
-        help="each run's relative seed noise (default 0.0061: scaling_forecast's measured 0.61%%)",
+        help=f"each run's relative seed noise (default {MEASURED_SEED_NOISE.relative:g}, "
+        f"{MEASURED_SEED_NOISE.source})",
     )
     noise.add_argument(
         "--noise-from",
